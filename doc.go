@@ -1,0 +1,48 @@
+// Package redlock implements Redlock, the distributed lock over N independent
+// Redis masters.
+//
+// # The algorithm
+//
+// To acquire a lock on a key for a ttl, a Client:
+//
+//  1. sends SET key token NX PX ttl to every master in parallel, with a fresh
+//     128-bit random token, each call bounded by the node timeout;
+//  2. holds the lock once a majority, N/2+1, accepted; it stops waiting for
+//     the rest, and gives up as soon as a majority is impossible;
+//  3. counts the lock valid for ttl − elapsed − drift, with elapsed read from
+//     the monotonic clock since before the first send and drift =
+//     ttl×0.01 + 2ms; a majority reached after that window does not count;
+//  4. on failure, releases the key on every node that may hold it before it
+//     retries or returns;
+//  5. extends and releases with compare-and-set scripts sent to every node,
+//     so only the holder of the token can touch the key.
+//
+// quorum.go holds steps 1, 2 and 4; clock.go the timing rules of step 3;
+// pool.go the commands and scripts of steps 1 and 5; redlock.go the API.
+// docs/algorithm.md maps each step to its code and gives the safety argument.
+//
+// # Guarantees
+//
+// While Lock.Until has not passed on the client's clock, no other client of
+// this package can acquire the same key, provided that:
+//
+//   - the nodes' clocks run at most the drift factor faster than the client's
+//     (WithDriftFactor); wall-clock steps do not matter, only rates do;
+//   - a node that restarts either keeps its keys (appendonly with fsync
+//     always) or stays down for longer than the largest ttl in use;
+//   - the masters are independent: not replicas of each other.
+//
+// # Limits
+//
+// The lock is only as good as the holder's discipline: a process that pauses
+// (garbage collection, a stopped VM, a slow page fault) past Until keeps
+// running while another client holds the lock. Check Until before each step
+// that needs exclusion, Extend before it runs out, and treat ErrExpired as a
+// sign that exclusion may have been lost. Redlock tokens are random, not
+// ordered, so they cannot fence a storage system against a paused holder.
+//
+// Every call is bounded in time: an acquisition attempt takes at most one node
+// timeout, plus one more to release after a failure; Extend and Unlock take at
+// most one node timeout. A node that accepts connections but never answers
+// does not hold up any call beyond that.
+package redlock

@@ -1,0 +1,83 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+var (
+	// ErrNotObtained reports that an acquisition or extension did not reach a
+	// majority of nodes within its validity window: the key is held by another
+	// client, or too many nodes failed, or the answers came too late.
+	ErrNotObtained = errors.New("redlock: lock not obtained")
+
+	// ErrExpired reports an Extend or Unlock of a lock whose validity had
+	// already passed on the local clock, or that was already released. The
+	// holder must assume that its critical section may not have been exclusive.
+	ErrExpired = errors.New("redlock: lock expired")
+
+	// ErrInvalid reports a bad argument or option. It is returned before any
+	// network call is made.
+	ErrInvalid = errors.New("redlock: invalid argument")
+
+	// ErrNodeTimeout is the cause in a NodeError when a node did not answer
+	// within the node timeout (see WithNodeTimeout).
+	ErrNodeTimeout = errors.New("redlock: node timeout")
+)
+
+// A NodeError is the failure of one Redis node during one operation.
+// Errors returned by this package hold one NodeError per failed node;
+// reach them with errors.As.
+type NodeError struct {
+	Node int   // index of the node's pool in the slice passed to New
+	Err  error // the cause: a dial, I/O or Redis error, or ErrNodeTimeout
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("redlock: node %d: %v", e.Node, e.Err)
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// aggregate joins a summary error with the per-node causes behind it. Each one
+// stays reachable through errors.Is and errors.As, and so does a context error
+// appended to causes.
+func aggregate(summary error, causes []error) error {
+	if len(causes) == 0 {
+		return summary
+	}
+	return &multierror.Error{
+		Errors:      append([]error{summary}, causes...),
+		ErrorFormat: formatCauses,
+	}
+}
+
+// withCause adds one more cause to an error made by aggregate.
+func withCause(err, cause error) error {
+	if m, ok := err.(*multierror.Error); ok {
+		return aggregate(m.Errors[0], append(m.Errors[1:len(m.Errors):len(m.Errors)], cause))
+	}
+	return aggregate(err, []error{cause})
+}
+
+// formatCauses prints an aggregate on one line: the summary, then each cause
+// without repeating the package prefix.
+func formatCauses(errs []error) string {
+	var b strings.Builder
+	for i, err := range errs {
+		msg := err.Error()
+		if i > 0 {
+			b.WriteString("; ")
+			msg = strings.TrimPrefix(msg, "redlock: ")
+		}
+		b.WriteString(msg)
+	}
+	return b.String()
+}

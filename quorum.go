@@ -1,0 +1,193 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// quorum is the majority of n nodes, n/2+1 (step 2). For an even n it is more
+// than half: N=4 needs 3 and so tolerates one failed node, like N=3.
+func quorum(n int) int { return n/2 + 1 }
+
+// A nodeOp is one node's part of an operation: it sends one command, at most
+// until deadline, and reports whether the node agreed.
+type nodeOp func(ctx context.Context, n *node, deadline time.Time) (bool, error)
+
+// A round is one operation sent to every node.
+type round struct {
+	op nodeOp
+
+	// undo, if set, runs after a lost round on every node that may hold
+	// state from op: nodes that agreed, failed or timed out, or were still in
+	// flight. A node that refused without error holds nothing of ours, because
+	// every acquisition uses a fresh token.
+	undo nodeOp
+
+	// valid, if set, is checked once a majority agreed; if it reports false
+	// the round is lost (step 3: a majority that answers after the validity
+	// window closed does not count).
+	valid func() bool
+}
+
+// A ballot is one node's answer.
+type ballot struct {
+	node int
+	yes  bool
+	err  error
+}
+
+// A tally counts ballots toward a majority.
+type tally struct {
+	n, quorum int
+	yes, no   int     // no counts refusals, failures and timeouts
+	late      bool    // a majority agreed but valid reported false
+	causes    []error // one *NodeError per failed node, then ctx.Err()
+}
+
+func (t *tally) add(b ballot) {
+	if b.yes {
+		t.yes++
+		return
+	}
+	t.no++
+	if b.err != nil {
+		t.causes = append(t.causes, b.err)
+	}
+}
+
+// decided reports whether the outcome is known: a majority agreed, or so many
+// nodes said no that a majority is out of reach (more than n − quorum).
+func (t *tally) decided() bool {
+	return t.yes >= t.quorum || t.no > t.n-t.quorum
+}
+
+// err describes a lost round: sentinel, the counts, and every cause.
+func (t *tally) err(sentinel error) error {
+	summary := fmt.Errorf("%w: %d of %d nodes agreed, %d needed", sentinel, t.yes, t.n, t.quorum)
+	if t.late {
+		summary = fmt.Errorf("%w: a majority agreed only after the validity window closed", sentinel)
+	}
+	return aggregate(summary, t.causes)
+}
+
+// fanout sends r.op to every node in parallel and counts the answers.
+//
+//   - Each node has until the deadline: now plus the node timeout, or ctx's
+//     deadline if that is sooner. A node that has not answered by then counts
+//     as a failure with ErrNodeTimeout.
+//   - It returns won as soon as a majority agreed and r.valid holds, without
+//     waiting for the other nodes (step 2).
+//   - It returns lost as soon as a majority is impossible: more than
+//     N − quorum nodes refused, failed or timed out. A majority for which
+//     r.valid reports false is lost too (step 3).
+//   - It returns lost when ctx ends, with ctx.Err() among the causes. If ctx
+//     has already ended, it sends nothing.
+//   - Nodes still in flight when it returns go on in the background until the
+//     deadline; their answers are dropped. This is what lets a frozen node
+//     delay no one.
+//   - After a lost round with r.undo set, each node that may hold state runs
+//     r.undo (step 4). A node still in flight runs it once its op returns, on
+//     the same goroutine, so the undo follows the op. The undo has a fresh
+//     node timeout that survives ctx's cancellation, and fanout waits for it,
+//     at most that long, before returning.
+//
+// A round therefore takes at most one node timeout, plus one more for the
+// undo of a lost acquisition.
+func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
+	n := len(c.nodes)
+	t = tally{n: n, quorum: c.quorum}
+	if err := ctx.Err(); err != nil {
+		t.causes = append(t.causes, err)
+		return false, t // nothing sent, so nothing to undo
+	}
+
+	deadline := time.Now().Add(c.nodeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	// Detached from ctx's cancellation, so that in-flight commands are not
+	// torn down mid-reply when the caller stops waiting: their connections
+	// stay usable, and the undo can follow them.
+	opCtx, cancelOps := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	var running atomic.Int32
+	running.Store(int32(n))
+	opDone := func() { // the last op to return releases opCtx
+		if running.Add(-1) == 0 {
+			cancelOps()
+		}
+	}
+
+	ballots := make(chan ballot, n)
+	decided := make(chan struct{}) // closed once the verdict below is set
+	undone := make(chan struct{}, n)
+	var (
+		lost         bool
+		undoCtx      context.Context
+		undoDeadline time.Time
+	)
+	for _, nd := range c.nodes {
+		go func() {
+			yes, err := r.op(opCtx, nd, deadline)
+			opDone()
+			ballots <- ballot{node: nd.index, yes: yes, err: err}
+			if r.undo == nil {
+				return
+			}
+			<-decided
+			if lost && (yes || err != nil) {
+				r.undo(undoCtx, nd, undoDeadline)
+			}
+			undone <- struct{}{}
+		}()
+	}
+
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	answered := make([]bool, n)
+count:
+	for !t.decided() {
+		select {
+		case b := <-ballots:
+			answered[b.node] = true
+			t.add(b)
+		case <-timer.C:
+			for i, ok := range answered {
+				if !ok {
+					t.add(ballot{node: i, err: &NodeError{Node: i, Err: ErrNodeTimeout}})
+				}
+			}
+		case <-ctx.Done():
+			t.causes = append(t.causes, ctx.Err())
+			break count
+		}
+	}
+	won = t.yes >= t.quorum // false if ctx ended first: the loop stops short of a majority
+	if won && r.valid != nil && !r.valid() {
+		won, t.late = false, true
+	}
+	if r.undo == nil {
+		return won, t
+	}
+
+	lost = !won
+	if lost {
+		undoDeadline = time.Now().Add(c.nodeTimeout)
+		var cancelUndo context.CancelFunc
+		undoCtx, cancelUndo = context.WithDeadline(context.WithoutCancel(ctx), undoDeadline)
+		defer cancelUndo()
+	}
+	close(decided)
+	if lost {
+		timer.Reset(time.Until(undoDeadline))
+		for range n {
+			select {
+			case <-undone:
+			case <-timer.C:
+				return won, t
+			}
+		}
+	}
+	return won, t
+}

@@ -1,0 +1,353 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"reflect"
+	"sync"
+	"time"
+)
+
+// Defaults for the options.
+const (
+	DefaultTries         = 32
+	DefaultRetryDelayMin = 50 * time.Millisecond
+	DefaultRetryDelayMax = 250 * time.Millisecond
+	DefaultNodeTimeout   = 50 * time.Millisecond
+)
+
+// tokenBytes is the size of a lock token's random part: 128 bits.
+const tokenBytes = 16
+
+// A Client acquires locks on a fixed set of independent Redis masters.
+// It is safe for concurrent use; create one and share it.
+type Client struct {
+	nodes              []*node
+	quorum             int
+	tries              int
+	retryMin, retryMax time.Duration
+	driftFactor        float64
+	nodeTimeout        time.Duration
+	clock              Clock
+	newToken           func() (string, error)
+}
+
+// An Option configures a Client. Options are checked by New.
+type Option func(*Client)
+
+// WithTries sets how many attempts Lock makes before it gives up.
+// The default is DefaultTries (32). n must be at least 1.
+func WithTries(n int) Option {
+	return func(c *Client) { c.tries = n }
+}
+
+// WithRetryDelay sets the range of the random pause between Lock's attempts.
+// Each pause is drawn uniformly from [min, max], so that clients that
+// collided do not collide again. The default is 50ms to 250ms.
+func WithRetryDelay(min, max time.Duration) Option {
+	return func(c *Client) { c.retryMin, c.retryMax = min, max }
+}
+
+// WithDriftFactor sets the fraction of the ttl reserved for clock drift
+// between this client and the nodes (see clock.go). The default is
+// DefaultDriftFactor (0.01). f must lie in [0, 1).
+func WithDriftFactor(f float64) Option {
+	return func(c *Client) { c.driftFactor = f }
+}
+
+// WithNodeTimeout bounds each node's part of an operation: connecting,
+// sending and reading the reply. A node that takes longer counts as failed.
+// The default, DefaultNodeTimeout (50ms), suits loopback and LAN links with
+// ttls of a second or more; it should be a small fraction of the ttl.
+// d must be positive.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *Client) { c.nodeTimeout = d }
+}
+
+// WithClock sets the clock used for validity. The default reads time.Now,
+// which is monotonic. A nil Clock is rejected.
+func WithClock(clock Clock) Option {
+	return func(c *Client) { c.clock = clock }
+}
+
+// WithTokenFunc sets the function that makes each acquisition's token. The
+// default returns 128 random bits from crypto/rand, base64url-encoded. A
+// replacement must return a value unique to each call: the token is what
+// proves ownership to Extend and Unlock. A nil function is rejected.
+func WithTokenFunc(f func() (string, error)) Option {
+	return func(c *Client) { c.newToken = f }
+}
+
+// New returns a Client for the Redis masters behind pools, one Pool per
+// independent master. A lock needs a majority, len(pools)/2+1, of them. An
+// even count is allowed but buys nothing: four nodes tolerate one failure,
+// like three.
+//
+// New makes no network calls. It returns an error wrapping ErrInvalid for no
+// pools, a nil pool, or an invalid option.
+func New(pools []Pool, opts ...Option) (*Client, error) {
+	if len(pools) == 0 {
+		return nil, invalid("no pools")
+	}
+	c := &Client{
+		quorum:      quorum(len(pools)),
+		tries:       DefaultTries,
+		retryMin:    DefaultRetryDelayMin,
+		retryMax:    DefaultRetryDelayMax,
+		driftFactor: DefaultDriftFactor,
+		nodeTimeout: DefaultNodeTimeout,
+		clock:       systemClock{},
+		newToken:    randomToken,
+	}
+	for i, p := range pools {
+		if isNil(p) {
+			return nil, invalid("pool %d is nil", i)
+		}
+		c.nodes = append(c.nodes, &node{index: i, pool: p})
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalid("nil option")
+		}
+		opt(c)
+	}
+	switch {
+	case c.tries < 1:
+		return nil, invalid("tries %d must be at least 1", c.tries)
+	case c.retryMin < 0 || c.retryMin > c.retryMax:
+		return nil, invalid("retry delay range [%v, %v] must have 0 <= min <= max", c.retryMin, c.retryMax)
+	case !(c.driftFactor >= 0 && c.driftFactor < 1): // also rejects NaN
+		return nil, invalid("drift factor %v must lie in [0, 1)", c.driftFactor)
+	case c.nodeTimeout <= 0:
+		return nil, invalid("node timeout %v must be positive", c.nodeTimeout)
+	case isNil(c.clock):
+		return nil, invalid("nil clock")
+	case c.newToken == nil:
+		return nil, invalid("nil token function")
+	}
+	return c, nil
+}
+
+// isNil reports whether v is nil or a typed nil pointer, which would panic on
+// first use.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// Lock acquires the lock on key for ttl. It retries after a random delay
+// (WithRetryDelay) until it holds the lock, the tries run out (WithTries), or
+// ctx ends.
+//
+// On success the lock is valid until Lock.Until. On failure it returns an
+// error wrapping ErrNotObtained with the per-node causes, plus ctx.Err() if
+// ctx ended; every attempt has released whatever it acquired (step 4).
+// Bad arguments return an error wrapping ErrInvalid and make no network call.
+//
+// Each attempt takes at most one node timeout, or two when it fails and must
+// release nodes that did not answer.
+func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	return c.lock(ctx, key, ttl, c.tries)
+}
+
+// TryLock makes exactly one attempt to acquire the lock on key for ttl; see
+// Lock for what happens on each path.
+func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	return c.lock(ctx, key, ttl, 1)
+}
+
+func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries int) (*Lock, error) {
+	ttl, err := c.check(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	for try := 1; ; try++ {
+		l, err := c.acquire(ctx, key, ttl)
+		if err == nil || try == tries || ctx.Err() != nil {
+			return l, err
+		}
+		pause := time.NewTimer(c.retryDelay())
+		select {
+		case <-pause.C:
+		case <-ctx.Done():
+			pause.Stop()
+			return nil, withCause(err, ctx.Err())
+		}
+	}
+}
+
+// check validates the arguments common to every call and returns the ttl
+// truncated to the milliseconds Redis can express.
+func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time.Duration, error) {
+	if ctx == nil {
+		return 0, invalid("nil context")
+	}
+	if key == "" {
+		return 0, invalid("empty key")
+	}
+	if ttl <= 0 {
+		return 0, invalid("ttl %v must be positive", ttl)
+	}
+	ttl = truncateTTL(ttl)
+	if d := drift(ttl, c.driftFactor); ttl <= d {
+		return 0, invalid("ttl %v must exceed the clock drift allowance %v", ttl, d)
+	}
+	return ttl, nil
+}
+
+func (c *Client) retryDelay() time.Duration {
+	return c.retryMin + mathrand.N(c.retryMax-c.retryMin+1)
+}
+
+// acquire is one attempt of the algorithm, steps 1 to 4.
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	token, err := c.newToken()
+	if err == nil && token == "" {
+		err = errors.New("empty token")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redlock: making a token: %w", err)
+	}
+
+	start := c.clock.Now() // step 3: elapsed time counts from before the first send
+	until := validUntil(start, ttl, c.driftFactor)
+	won, t := c.fanout(ctx, round{
+		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			return n.setNX(ctx, deadline, key, token, ttl)
+		},
+		undo: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			return n.release(ctx, deadline, key, token)
+		},
+		valid: func() bool { return c.clock.Now().Before(until) },
+	})
+	if !won {
+		return nil, t.err(ErrNotObtained)
+	}
+	return &Lock{client: c, key: key, token: token, until: until}, nil
+}
+
+func randomToken() (string, error) {
+	var b [tokenBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// A Lock is a held lock: a key set to a token on a majority of nodes.
+// Its methods are safe for concurrent use. The lock is exclusive only until
+// Until; work that may outlast it must Extend first, and must stop if Extend
+// fails.
+type Lock struct {
+	client *Client
+	key    string
+	token  string
+
+	mu    sync.Mutex
+	until time.Time // zero once released
+}
+
+// Key returns the locked key.
+func (l *Lock) Key() string { return l.key }
+
+// Value returns the token that marks this acquisition on each node.
+func (l *Lock) Value() string { return l.token }
+
+// Until returns the end of the validity window, on the client's clock: the
+// lock is proven exclusive before this instant and not after. It returns the
+// zero Time once the lock has been released.
+func (l *Lock) Until() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+// Extend resets the lock's ttl on every node that still holds its token
+// (step 5). It succeeds when a majority did so within the new validity
+// window, which then runs to start+ttl−drift, start being when Extend began.
+//
+// If the lock's validity has already passed, or it was released, Extend
+// returns ErrExpired and sends nothing. If no majority extends in time, it
+// returns an error wrapping ErrNotObtained; the lock stays valid until the
+// earlier of its old and its new deadline, because nodes that did extend now
+// hold the new ttl. Extend takes at most one node timeout.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	c := l.client
+	ttl, err := c.check(ctx, l.key, ttl)
+	if err != nil {
+		return err
+	}
+	start := c.clock.Now()
+	if !start.Before(l.Until()) {
+		return ErrExpired
+	}
+	until := validUntil(start, ttl, c.driftFactor)
+	won, t := c.fanout(ctx, round{
+		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			return n.extend(ctx, deadline, l.key, l.token, ttl)
+		},
+		valid: func() bool { return c.clock.Now().Before(until) },
+	})
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.until.IsZero(): // released while extending
+		return ErrExpired
+	case won:
+		l.until = until
+		return nil
+	default:
+		// A lost extension may still have shortened the key on any node it
+		// reached, including those whose reply was lost.
+		if until.Before(l.until) {
+			l.until = until
+		}
+		return t.err(ErrNotObtained)
+	}
+}
+
+// Unlock releases the lock: it deletes the key on every node where it still
+// holds this lock's token, and never touches another holder's key. It returns
+// once a majority of nodes answered, which frees the lock for others; the
+// remaining nodes are released in the background within one node timeout.
+//
+// If fewer than a majority answer, it returns an error with the per-node
+// causes; the key then expires on the silent nodes at its ttl. If the lock's
+// validity had already passed, the release is still sent, but Unlock returns
+// ErrExpired: the holder must learn that its critical section may not have
+// been exclusive. Unlock takes at most one node timeout.
+func (l *Lock) Unlock(ctx context.Context) error {
+	c := l.client
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	expired := !c.clock.Now().Before(l.Until())
+	won, t := c.fanout(ctx, round{
+		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			return n.release(ctx, deadline, l.key, l.token)
+		},
+	})
+	if won {
+		l.mu.Lock()
+		l.until = time.Time{}
+		l.mu.Unlock()
+	}
+	switch {
+	case expired:
+		return aggregate(ErrExpired, t.causes)
+	case !won:
+		return t.err(errNotReleased)
+	}
+	return nil
+}
+
+// errNotReleased heads the error of an Unlock that reached too few nodes.
+var errNotReleased = errors.New("redlock: lock not released")
