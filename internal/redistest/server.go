@@ -1,0 +1,143 @@
+// Package redistest starts real Redis servers for tests: local redis-server
+// processes on loopback. Each server is stopped when its test ends, pass or
+// fail.
+package redistest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// A Server is a redis-server process started by Start.
+type Server struct {
+	Addr string // 127.0.0.1:port
+	Port int
+	cmd  *exec.Cmd
+	out  *syncBuffer
+}
+
+// Available reports whether a redis-server binary is on PATH, and if not, why.
+func Available() (ok bool, why string) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return false, "redis-server is not installed (make test installs Debian's redis-server)"
+	}
+	return true, ""
+}
+
+// Start launches redis-server on a free loopback port with persistence off,
+// plus any extra arguments (for example "--requirepass", "x"), and waits until
+// it answers PING. The process is killed when t ends. If extra configures TLS
+// only (--port 0), use StartOnPort and wait for readiness yourself.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	if ok, why := Available(); !ok {
+		t.Skip(why)
+	}
+	s := StartOnPort(t, FreePort(t), extra...)
+	if err := s.WaitReady(5 * time.Second); err != nil {
+		t.Fatalf("redis-server on %s: %v\n%s", s.Addr, err, s.out.String())
+	}
+	return s
+}
+
+// StartOnPort launches redis-server listening on port without waiting for it.
+func StartOnPort(t testing.TB, port int, extra ...string) *Server {
+	t.Helper()
+	args := append([]string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--protected-mode", "no",
+		"--save", "",
+		"--appendonly", "no",
+	}, extra...)
+	out := new(syncBuffer)
+	cmd := exec.Command("redis-server", args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting redis-server: %v", err)
+	}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, cmd: cmd, out: out}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// WaitReady polls the server with PING until it answers or timeout passes.
+func (s *Server) WaitReady(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last error
+	for ctx.Err() == nil {
+		c, err := redis.DialContext(ctx, "tcp", s.Addr, redis.DialConnectTimeout(200*time.Millisecond))
+		if err == nil {
+			_, err = redis.DoWithTimeout(c, 200*time.Millisecond, "PING")
+			c.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		last = err
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("not ready after %v: %v", timeout, last)
+}
+
+// Stop kills the process and waits for it. It is safe to call twice.
+func (s *Server) Stop() {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// Log returns what the server printed so far, for failure messages.
+func (s *Server) Log() string { return s.out.String() }
+
+// syncBuffer is a bytes.Buffer that the process's output copier may write
+// while a test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// StartN starts n servers.
+func StartN(t testing.TB, n int, extra ...string) []*Server {
+	t.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = Start(t, extra...)
+	}
+	return servers
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
