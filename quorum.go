@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -29,6 +31,12 @@ type round struct {
 	// the round is lost (step 3: a majority that answers after the validity
 	// window closed does not count).
 	valid func() bool
+
+	// abandoned, if set, reports whether the caller has since let go of a won
+	// round (Unlock called). A node whose op was still in flight when it was
+	// let go runs undo itself, after its op, so that a SET arriving after the
+	// release does not leave an orphan key behind.
+	abandoned func() bool
 }
 
 // A ballot is one node's answer.
@@ -42,6 +50,7 @@ type ballot struct {
 type tally struct {
 	n, quorum int
 	yes, no   int     // no counts refusals, failures and timeouts
+	failed    int     // the part of no that failed or timed out
 	late      bool    // a majority agreed but valid reported false
 	causes    []error // one *NodeError per failed node, then ctx.Err()
 }
@@ -53,6 +62,7 @@ func (t *tally) add(b ballot) {
 	}
 	t.no++
 	if b.err != nil {
+		t.failed++
 		t.causes = append(t.causes, b.err)
 	}
 }
@@ -65,11 +75,21 @@ func (t *tally) decided() bool {
 
 // err describes a lost round: sentinel, the counts, and every cause.
 func (t *tally) err(sentinel error) error {
-	summary := fmt.Errorf("%w: %d of %d nodes agreed, %d needed", sentinel, t.yes, t.n, t.quorum)
+	summary := fmt.Errorf("%w: %d agreed, %d refused, %d failed of %d nodes; %d needed",
+		sentinel, t.yes, t.no-t.failed, t.failed, t.n, t.quorum)
 	if t.late {
 		summary = fmt.Errorf("%w: a majority agreed only after the validity window closed", sentinel)
 	}
+	// Node errors in node order, then anything else (ctx.Err()).
+	slices.SortStableFunc(t.causes, func(a, b error) int { return causeOrder(a) - causeOrder(b) })
 	return aggregate(summary, t.causes)
+}
+
+func causeOrder(err error) int {
+	if ne, ok := err.(*NodeError); ok {
+		return ne.Node
+	}
+	return math.MaxInt32
 }
 
 // fanout sends r.op to every node in parallel and counts the answers.
@@ -91,7 +111,10 @@ func (t *tally) err(sentinel error) error {
 //     r.undo (step 4). A node still in flight runs it once its op returns, on
 //     the same goroutine, so the undo follows the op. The undo has a fresh
 //     node timeout that survives ctx's cancellation, and fanout waits for it,
-//     at most that long, before returning.
+//     at most that long, before returning; the error then counts every
+//     node's answer, including those that came after the verdict.
+//   - After a won round, a node still in flight whose op returns once
+//     r.abandoned reports true runs r.undo too, in the background.
 //
 // A round therefore takes at most one node timeout, plus one more for the
 // undo of a lost acquisition.
@@ -127,8 +150,10 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 		undoCtx      context.Context
 		undoDeadline time.Time
 	)
+	c.calls.Add(n)
 	for _, nd := range c.nodes {
 		go func() {
+			defer c.calls.Done()
 			yes, err := r.op(opCtx, nd, deadline)
 			opDone()
 			ballots <- ballot{node: nd.index, yes: yes, err: err}
@@ -136,8 +161,13 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 				return
 			}
 			<-decided
-			if lost && (yes || err != nil) {
-				r.undo(undoCtx, nd, undoDeadline)
+			if yes || err != nil {
+				switch {
+				case lost:
+					r.undo(undoCtx, nd, undoDeadline)
+				case r.abandoned != nil && r.abandoned():
+					c.undoLate(ctx, r, nd)
+				}
 			}
 			undone <- struct{}{}
 		}()
@@ -179,15 +209,32 @@ count:
 		defer cancelUndo()
 	}
 	close(decided)
-	if lost {
-		timer.Reset(time.Until(undoDeadline))
-		for range n {
-			select {
-			case <-undone:
-			case <-timer.C:
-				return won, t
-			}
+	if !lost {
+		return won, t
+	}
+	timer.Reset(time.Until(undoDeadline))
+	for range n {
+		select {
+		case <-undone:
+		case <-timer.C:
+			return won, t
+		}
+	}
+	// Every node has answered by now; count the answers that came after the
+	// verdict, so that the error names every node that failed.
+	for range len(ballots) {
+		if b := <-ballots; !answered[b.node] {
+			t.add(b)
 		}
 	}
 	return won, t
+}
+
+// undoLate runs r.undo on a node whose op finished after the caller had
+// already let go of a won round; no one waits for it.
+func (c *Client) undoLate(ctx context.Context, r round, nd *node) {
+	deadline := time.Now().Add(c.nodeTimeout)
+	undoCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	r.undo(undoCtx, nd, deadline)
 }

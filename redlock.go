@@ -9,6 +9,7 @@ import (
 	mathrand "math/rand/v2"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +35,8 @@ type Client struct {
 	nodeTimeout        time.Duration
 	clock              Clock
 	newToken           func() (string, error)
+
+	calls sync.WaitGroup // node calls running, including those no caller waits for
 }
 
 // An Option configures a Client. Options are checked by New.
@@ -170,8 +173,13 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 	}
 	for try := 1; ; try++ {
 		l, err := c.acquire(ctx, key, ttl)
-		if err == nil || try == tries || ctx.Err() != nil {
-			return l, err
+		switch {
+		case err == nil:
+			return l, nil
+		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+			return nil, withCause(err, ctx.Err())
+		case ctx.Err() != nil || try == tries:
+			return nil, err
 		}
 		pause := time.NewTimer(c.retryDelay())
 		select {
@@ -216,6 +224,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		return nil, fmt.Errorf("redlock: making a token: %w", err)
 	}
 
+	l := &Lock{client: c, key: key, token: token}
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
 	won, t := c.fanout(ctx, round{
@@ -225,12 +234,14 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		undo: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.release(ctx, deadline, key, token)
 		},
-		valid: func() bool { return c.clock.Now().Before(until) },
+		valid:     func() bool { return c.clock.Now().Before(until) },
+		abandoned: l.unlocking.Load,
 	})
 	if !won {
 		return nil, t.err(ErrNotObtained)
 	}
-	return &Lock{client: c, key: key, token: token, until: until}, nil
+	l.until = until
+	return l, nil
 }
 
 func randomToken() (string, error) {
@@ -252,6 +263,8 @@ type Lock struct {
 
 	mu    sync.Mutex
 	until time.Time // zero once released
+
+	unlocking atomic.Bool // set when Unlock starts; see round.abandoned
 }
 
 // Key returns the locked key.
@@ -330,6 +343,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return invalid("nil context")
 	}
 	expired := !c.clock.Now().Before(l.Until())
+	l.unlocking.Store(true)
 	won, t := c.fanout(ctx, round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.release(ctx, deadline, l.key, l.token)
