@@ -37,7 +37,7 @@ type NodeError struct {
 }
 
 func (e *NodeError) Error() string {
-	return fmt.Sprintf("redlock: node %d: %v", e.Node, e.Err)
+	return fmt.Sprintf("redlock: node %d: %s", e.Node, strings.TrimPrefix(e.Err.Error(), "redlock: "))
 }
 
 func (e *NodeError) Unwrap() error { return e.Err }

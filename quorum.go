@@ -185,6 +185,7 @@ count:
 		case <-timer.C:
 			for i, ok := range answered {
 				if !ok {
+					answered[i] = true
 					t.add(ballot{node: i, err: &NodeError{Node: i, Err: ErrNodeTimeout}})
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -153,10 +154,32 @@ func TestHangingMajorityFailsWithinBound(t *testing.T) {
 		elapsed := time.Since(start)
 		require.ErrorIs(t, err, redlock.ErrNotObtained)
 		assert.Equal(t, map[int]bool{0: true, 2: true, 4: true}, nodeErrors(err, redlock.ErrNodeTimeout), "%v", err)
+		assert.Len(t, regexp.MustCompile(`node \d+:`).FindAllString(err.Error(), -1), 3, "each node once: %v", err)
 		assert.GreaterOrEqual(t, elapsed, timeout, "failed before the nodes had their time")
 		assert.Less(t, elapsed, 2*timeout+time.Second, "failed attempt exceeded its bound")
 		assert.Equal(t, make([]string, 5), c.values("hang"), "released every node that answered")
 	}
+}
+
+// Nodes that answer just after the deadline, ignoring their context: the
+// coordinator's timer decides, and their late answers, which arrive while
+// the attempt releases, must not be counted twice.
+func TestLateMajorityCountedOnce(t *testing.T) {
+	c := newCluster(t, 5)
+	const timeout = 100 * time.Millisecond
+	client := c.client(t, redlock.WithNodeTimeout(timeout))
+	for _, i := range []int{0, 2, 4} {
+		var calls atomic.Int32
+		c.pools[i].before = func() {
+			if calls.Add(1) == 1 { // only the SET is late; the release is not
+				time.Sleep(timeout + 30*time.Millisecond)
+			}
+		}
+	}
+	_, err := client.TryLock(context.Background(), "late", time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Len(t, regexp.MustCompile(`node \d+:`).FindAllString(err.Error(), -1), 3, "each node once: %v", err)
+	assert.Equal(t, map[int]bool{0: true, 2: true, 4: true}, nodeErrors(err, redlock.ErrNodeTimeout))
 }
 
 // A real TCP node that accepts connections and never answers: every call
