@@ -1,5 +1,6 @@
 # make test: the whole suite, installing what it needs first.
 # make bench: the benchmarks (see docs/benchmarks.md).
+# make sim: the full deterministic simulation, 100,000 schedules (docs/fencing.md).
 
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -7,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Chaos and integration tests fail, rather than skip, without a Docker engine.
 export REDLOCK_REQUIRE_DOCKER ?= 1
 
-.PHONY: test deps fmt vet bench
+.PHONY: test deps fmt vet bench sim
 
 test: deps fmt vet
 	$(GO) test -race -count=1 -timeout 18m ./...
@@ -26,3 +27,6 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+
+sim:
+	REDLOCK_SIM_SCHEDULES=$${REDLOCK_SIM_SCHEDULES:-100000} $(GO) test -run 'TestSimulation$$' -count=1 -timeout 180m -v .

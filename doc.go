@@ -38,8 +38,10 @@
 // (garbage collection, a stopped VM, a slow page fault) past Until keeps
 // running while another client holds the lock. Check Until before each step
 // that needs exclusion, Extend before it runs out, and treat ErrExpired as a
-// sign that exclusion may have been lost. Redlock tokens are random, not
-// ordered, so they cannot fence a storage system against a paused holder.
+// sign that exclusion may have been lost. Against such a holder, make the
+// Client WithFencing: each lock then carries a fencing token (Lock.Token) that
+// grows across the whole quorum, and the protected resource rejects writes
+// with a stale token (Guard, FencedSet). See docs/fencing.md.
 //
 // Every call is bounded in time: an acquisition attempt takes at most one node
 // timeout, plus one more to release after a failure; Extend and Unlock take at

@@ -69,26 +69,40 @@ func NewPool(addr string, opts ...redis.DialOption) *redis.Pool {
 }
 
 // The compare-and-set scripts. They act only while the key still holds the
-// caller's token, so only the holder can extend or release a lock.
+// caller's token, so only the holder can extend or release a lock, or raise
+// its fencing counter.
 var (
 	//go:embed scripts/release.lua
 	releaseSource string
-	releaseScript = newScript(releaseSource)
+	releaseScript = newScript(releaseSource, 1)
 
 	//go:embed scripts/extend.lua
 	extendSource string
-	extendScript = newScript(extendSource)
+	extendScript = newScript(extendSource, 1)
+
+	//go:embed scripts/acquire_fenced.lua
+	acquireFencedSource string
+	acquireFencedScript = newScript(acquireFencedSource, 2)
+
+	//go:embed scripts/raise_fence.lua
+	raiseFenceSource string
+	raiseFenceScript = newScript(raiseFenceSource, 2)
 )
 
 type script struct {
 	src  string
 	hash string // SHA1 of src, as EVALSHA wants it
+	keys int    // how many of the arguments are keys
 }
 
-func newScript(src string) script {
+func newScript(src string, keys int) script {
 	h := sha1.Sum([]byte(src))
-	return script{src: src, hash: hex.EncodeToString(h[:])}
+	return script{src: src, hash: hex.EncodeToString(h[:]), keys: keys}
 }
+
+// fenceKey names the fencing counter of a lock key. It has no ttl: the
+// counter must outlive every lock on the key (docs/fencing.md).
+func fenceKey(key string) string { return "redlock:fence:" + key }
 
 // A node is one Redis master as the quorum sees it.
 type node struct {
@@ -101,6 +115,25 @@ type node struct {
 func (n *node) setNX(ctx context.Context, deadline time.Time, key, token string, ttl time.Duration) (bool, error) {
 	reply, err := n.command(ctx, deadline, "SET", key, token, "NX", "PX", ttl.Milliseconds())
 	return reply != nil, err
+}
+
+// setNXFenced is setNX that also reads the node's fencing counter in the
+// same atomic step (fencing, round 1). It reports the counter and whether
+// the node stored the key.
+func (n *node) setNXFenced(ctx context.Context, deadline time.Time, key, token string, ttl time.Duration) (uint64, bool, error) {
+	reply, err := n.eval(ctx, deadline, acquireFencedScript, key, fenceKey(key), token, ttl.Milliseconds())
+	counter, ok := reply.(int64)
+	if !ok || counter < 0 {
+		return 0, false, err
+	}
+	return uint64(counter), true, err
+}
+
+// raiseFence raises the node's fencing counter to at least fence while key
+// still holds token (fencing, round 2). It reports true if it did.
+func (n *node) raiseFence(ctx context.Context, deadline time.Time, key, token string, fence uint64) (bool, error) {
+	reply, err := n.eval(ctx, deadline, raiseFenceScript, key, fenceKey(key), token, fence)
+	return reply == int64(1), err
 }
 
 // extend runs the extend script (step 5). It reports true if the key still
@@ -132,13 +165,14 @@ func (n *node) command(ctx context.Context, deadline time.Time, cmd string, args
 
 // eval runs a script by EVALSHA, falling back to EVAL when the node does not
 // have it cached yet (after a restart or SCRIPT FLUSH). EVAL caches it again.
-func (n *node) eval(ctx context.Context, deadline time.Time, s script, key string, args ...any) (any, error) {
+// keysAndArgs holds the script's s.keys keys, then its arguments.
+func (n *node) eval(ctx context.Context, deadline time.Time, s script, keysAndArgs ...any) (any, error) {
 	conn, err := n.pool.GetContext(ctx)
 	if err != nil {
 		return nil, n.fail(err, deadline)
 	}
 	defer conn.Close()
-	evalArgs := append([]any{s.hash, 1, key}, args...)
+	evalArgs := append([]any{s.hash, s.keys}, keysAndArgs...)
 	reply, err := doUntil(conn, deadline, "EVALSHA", evalArgs...)
 	if isNoScript(err) {
 		evalArgs[0] = s.src

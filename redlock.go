@@ -35,6 +35,7 @@ type Client struct {
 	nodeTimeout        time.Duration
 	clock              Clock
 	newToken           func() (string, error)
+	fencing            bool
 
 	calls sync.WaitGroup // node calls running, including those no caller waits for
 }
@@ -83,6 +84,16 @@ func WithClock(clock Clock) Option {
 // proves ownership to Extend and Unlock. A nil function is rejected.
 func WithTokenFunc(f func() (string, error)) Option {
 	return func(c *Client) { c.newToken = f }
+}
+
+// WithFencing makes every acquisition also issue a fencing token
+// (Lock.Token): a number that grows with each lock granted on the key, across
+// the whole quorum, so that a storage system can reject writes from a holder
+// whose lock has passed (see Guard and docs/fencing.md). It costs a second
+// round trip per acquisition and one counter key per lock key on each node.
+// The default is off.
+func WithFencing() Option {
+	return func(c *Client) { c.fencing = true }
 }
 
 // New returns a Client for the Redis masters behind pools, one Pool per
@@ -214,7 +225,8 @@ func (c *Client) retryDelay() time.Duration {
 	return c.retryMin + mathrand.N(c.retryMax-c.retryMin+1)
 }
 
-// acquire is one attempt of the algorithm, steps 1 to 4.
+// acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
+// rounds of docs/fencing.md when enabled.
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	token, err := c.newToken()
 	if err == nil && token == "" {
@@ -227,22 +239,63 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	l := &Lock{client: c, key: key, token: token}
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
-	won, t := c.fanout(ctx, round{
-		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.setNX(ctx, deadline, key, token, ttl)
-		},
-		undo: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.release(ctx, deadline, key, token)
-		},
-		valid:     func() bool { return c.clock.Now().Before(until) },
-		abandoned: l.unlocking.Load,
-	})
+	valid := func() bool { return c.clock.Now().Before(until) }
+	release := func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+		return n.release(ctx, deadline, key, token)
+	}
+
+	set := func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+		return n.setNX(ctx, deadline, key, token, ttl)
+	}
+	var highest maxCounter // fencing: the highest counter among nodes that accepted
+	if c.fencing {
+		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			counter, ok, err := n.setNXFenced(ctx, deadline, key, token, ttl)
+			if ok {
+				highest.raise(counter)
+			}
+			return ok, err
+		}
+	}
+	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, abandoned: l.unlocking.Load})
 	if !won {
 		return nil, t.err(ErrNotObtained)
+	}
+
+	if c.fencing {
+		// Fencing, round 2: the token exceeds every counter the majority
+		// reported, and counts only once a majority stored it while still
+		// holding the key, within the same validity window.
+		l.fence = highest.load() + 1
+		won, t = c.fanout(ctx, round{
+			op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+				return n.raiseFence(ctx, deadline, key, token, l.fence)
+			},
+			undo:  release,
+			valid: valid,
+		})
+		if !won {
+			l.unlocking.Store(true) // round-1 stragglers release themselves
+			return nil, t.err(ErrNotObtained)
+		}
 	}
 	l.until = until
 	return l, nil
 }
+
+// maxCounter keeps the largest value it was given; safe for concurrent use.
+type maxCounter struct{ v atomic.Uint64 }
+
+func (m *maxCounter) raise(x uint64) {
+	for {
+		cur := m.v.Load()
+		if x <= cur || m.v.CompareAndSwap(cur, x) {
+			return
+		}
+	}
+}
+
+func (m *maxCounter) load() uint64 { return m.v.Load() }
 
 func randomToken() (string, error) {
 	var b [tokenBytes]byte
@@ -260,6 +313,7 @@ type Lock struct {
 	client *Client
 	key    string
 	token  string
+	fence  uint64 // fencing token; 0 without WithFencing
 
 	mu    sync.Mutex
 	until time.Time // zero once released
@@ -272,6 +326,13 @@ func (l *Lock) Key() string { return l.key }
 
 // Value returns the token that marks this acquisition on each node.
 func (l *Lock) Value() string { return l.token }
+
+// Token returns the lock's fencing token, or 0 if the Client was made
+// without WithFencing. Tokens of successive locks on a key grow strictly in
+// the order the locks were granted, under the assumptions in docs/fencing.md.
+// Pass it with every write to a resource that the lock protects, and let the
+// resource reject tokens lower than the highest it has seen (Guard).
+func (l *Lock) Token() uint64 { return l.fence }
 
 // Until returns the end of the validity window, on the client's clock: the
 // lock is proven exclusive before this instant and not after. It returns the

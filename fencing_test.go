@@ -1,0 +1,115 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock"
+)
+
+// Successive locks on a key get strictly increasing fencing tokens, even as
+// each is granted by a different majority of nodes.
+func TestFencingTokensIncreaseAcrossMajorities(t *testing.T) {
+	c := newCluster(t, 5)
+	client := c.client(t, redlock.WithFencing())
+	ctx := context.Background()
+	down := [][]int{{}, {0, 1}, {3, 4}, {1, 2}, {0, 4}, {2, 3}, {0, 2}, {}}
+	var last uint64
+	for _, nodes := range down {
+		for _, i := range nodes {
+			c.pools[i].set(failing)
+		}
+		l, err := client.TryLock(ctx, "fenced", time.Minute)
+		require.NoError(t, err, "down %v", nodes)
+		assert.Greater(t, l.Token(), last, "down %v", nodes)
+		last = l.Token()
+		require.NoError(t, l.Unlock(ctx))
+		for _, i := range nodes {
+			c.pools[i].set(healthy)
+		}
+		c.settle(t)
+	}
+	assert.Equal(t, uint64(len(down)), last, "no token was skipped on this path")
+}
+
+// A failed acquisition may raise counters on a minority; later tokens still
+// exceed every token granted before.
+func TestFencingAfterFailedAcquisition(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t, redlock.WithFencing())
+	ctx := context.Background()
+	first, err := client.TryLock(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, first.Unlock(ctx))
+	c.settle(t)
+
+	// Round 1 wins on nodes 0 and 1; node 1 then fails, so round 2 reaches
+	// only node 0 and the attempt is lost, leaving node 0's counter raised.
+	var calls int
+	c.pools[1].before = func() {
+		calls++
+		if calls == 2 {
+			c.pools[1].set(failing)
+		}
+	}
+	c.pools[2].set(failing)
+	_, err = client.TryLock(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	c.settle(t)
+	// Node 1 is down, so its key stays until the ttl; node 0's is released.
+	assert.Empty(t, c.values("k")[0], "the lost attempt released node 0")
+	c.pools[1].before = nil
+	c.pools[1].set(healthy)
+	c.pools[2].set(healthy)
+
+	second, err := client.TryLock(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	assert.Greater(t, second.Token(), first.Token())
+}
+
+func TestNoFencingByDefault(t *testing.T) {
+	c := newCluster(t, 3)
+	l, err := c.client(t).TryLock(context.Background(), "k", time.Minute)
+	require.NoError(t, err)
+	assert.Zero(t, l.Token())
+	c.settle(t)
+	for _, m := range c.nodes {
+		assert.False(t, m.Exists("redlock:fence:k"), "a counter was written without WithFencing")
+	}
+}
+
+func TestGuard(t *testing.T) {
+	var g redlock.Guard
+	var wrote []uint64
+	write := func(tok uint64) error { return g.Do(tok, func() error { wrote = append(wrote, tok); return nil }) }
+	require.NoError(t, write(3))
+	require.NoError(t, write(3), "the same holder may write again")
+	require.NoError(t, write(5))
+	require.ErrorIs(t, write(4), redlock.ErrStaleToken)
+	require.ErrorIs(t, write(0), redlock.ErrInvalid)
+	assert.Equal(t, []uint64{3, 3, 5}, wrote)
+	assert.Equal(t, uint64(5), g.Highest())
+
+	boom := errors.New("disk full")
+	require.ErrorIs(t, g.Do(6, func() error { return boom }), boom)
+}
+
+func TestFencedSet(t *testing.T) {
+	c := newCluster(t, 1)
+	conn, err := redis.Dial("tcp", c.nodes[0].Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx := context.Background()
+	require.NoError(t, redlock.FencedSet(ctx, conn, "doc", 7, "v7"))
+	require.ErrorIs(t, redlock.FencedSet(ctx, conn, "doc", 6, "v6"), redlock.ErrStaleToken)
+	require.NoError(t, redlock.FencedSet(ctx, conn, "doc", 7, "v7b"))
+	require.ErrorIs(t, redlock.FencedSet(ctx, conn, "doc", 0, "v0"), redlock.ErrInvalid)
+	got, _ := c.nodes[0].Get("doc")
+	assert.Equal(t, "v7b", got)
+}
