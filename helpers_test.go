@@ -32,6 +32,7 @@ const (
 	hanging         // GetContext blocks until its context ends
 	stuck           // GetContext ignores its context and blocks until the test ends
 	lostReply       // commands run on the node, but the reply is lost
+	errorReply      // the node answers every command with an error reply
 )
 
 var (
@@ -71,6 +72,12 @@ func (p *faultPool) GetContext(ctx context.Context) (redis.Conn, error) {
 			return nil, err
 		}
 		return lostReplyConn{conn.(redis.ConnWithTimeout)}, nil
+	case errorReply:
+		conn, err := p.inner.GetContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return errorReplyConn{conn.(redis.ConnWithTimeout)}, nil
 	}
 	return p.inner.GetContext(ctx)
 }
@@ -84,6 +91,16 @@ func (c lostReplyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (
 		return nil, err
 	}
 	return nil, errLostReply
+}
+
+// errorReplyConn answers like a node that refuses the command (an ACL
+// without the permission, OOM, LOADING): redigo returns such a reply as both
+// a non-nil reply and an error.
+type errorReplyConn struct{ redis.ConnWithTimeout }
+
+func (errorReplyConn) DoWithTimeout(time.Duration, string, ...any) (any, error) {
+	e := redis.Error("NOPERM this user has no permissions to run this command")
+	return e, e
 }
 
 // A cluster is n in-process Redis nodes (miniredis), each behind a faultPool.

@@ -160,7 +160,10 @@ func (n *node) command(ctx context.Context, deadline time.Time, cmd string, args
 	}
 	defer conn.Close()
 	reply, err := doUntil(conn, deadline, cmd, args...)
-	return reply, n.fail(err, deadline)
+	if err != nil {
+		return nil, n.fail(err, deadline)
+	}
+	return reply, nil
 }
 
 // eval runs a script by EVALSHA, falling back to EVAL when the node does not
@@ -178,7 +181,10 @@ func (n *node) eval(ctx context.Context, deadline time.Time, s script, keysAndAr
 		evalArgs[0] = s.src
 		reply, err = doUntil(conn, deadline, "EVAL", evalArgs...)
 	}
-	return reply, n.fail(err, deadline)
+	if err != nil {
+		return nil, n.fail(err, deadline)
+	}
+	return reply, nil
 }
 
 // fail wraps a node's error. An error at or past the deadline is reported as
@@ -194,7 +200,9 @@ func (n *node) fail(err error, deadline time.Time) error {
 }
 
 // doUntil sends one command with a read deadline. A zero read timeout would
-// mean "none" to redigo, so a deadline already passed fails at once.
+// mean "none" to redigo, so a deadline already passed fails at once. Note
+// that redigo returns an error reply (NOPERM, OOM, LOADING...) as both a
+// non-nil reply and an error; callers must look at the error first.
 func doUntil(conn redis.Conn, deadline time.Time, cmd string, args ...any) (any, error) {
 	timeout := time.Until(deadline)
 	if timeout <= 0 {

@@ -68,7 +68,7 @@ func TestQuorumEveryRefusingSubset(t *testing.T) {
 // node.
 func TestQuorumEveryFailingSubset(t *testing.T) {
 	const n = 5
-	kinds := map[string]fault{"down": failing, "lost reply": lostReply}
+	kinds := map[string]fault{"down": failing, "lost reply": lostReply, "error reply": errorReply}
 	for name, kind := range kinds {
 		t.Run(name, func(t *testing.T) {
 			c := newCluster(t, n)
