@@ -97,10 +97,12 @@ type node struct {
 }
 
 // setNX sends SET key token NX PX ttl (step 1). It reports true if the node
-// stored the key and false if the key already existed.
+// stored the key and false if the key already existed or the node failed.
+// An error reply (NOAUTH, NOPERM, OOM, READONLY, LOADING) comes back from
+// redigo as a non-nil reply and an error: it is a failure, not a yes.
 func (n *node) setNX(ctx context.Context, deadline time.Time, key, token string, ttl time.Duration) (bool, error) {
 	reply, err := n.command(ctx, deadline, "SET", key, token, "NX", "PX", ttl.Milliseconds())
-	return reply != nil, err
+	return err == nil && reply != nil, err
 }
 
 // extend runs the extend script (step 5). It reports true if the key still
