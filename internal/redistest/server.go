@@ -72,11 +72,18 @@ func StartOnPort(t testing.TB, port int, extra ...string) *Server {
 
 // WaitReady polls the server with PING until it answers or timeout passes.
 func (s *Server) WaitReady(timeout time.Duration) error {
+	return s.WaitReadyWith(timeout)
+}
+
+// WaitReadyWith is WaitReady for a server that needs dial options: TLS, a
+// password or an ACL user.
+func (s *Server) WaitReadyWith(timeout time.Duration, opts ...redis.DialOption) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	opts = append([]redis.DialOption{redis.DialConnectTimeout(200 * time.Millisecond)}, opts...)
 	var last error
 	for ctx.Err() == nil {
-		c, err := redis.DialContext(ctx, "tcp", s.Addr, redis.DialConnectTimeout(200*time.Millisecond))
+		c, err := redis.DialContext(ctx, "tcp", s.Addr, opts...)
 		if err == nil {
 			_, err = redis.DoWithTimeout(c, 200*time.Millisecond, "PING")
 			c.Close()

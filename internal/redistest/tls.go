@@ -1,0 +1,140 @@
+package redistest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// TLSFiles is a certificate authority with a server and a client certificate,
+// made for one test: nothing secret is kept in the repository.
+type TLSFiles struct {
+	CACert, ServerCert, ServerKey string // PEM files, for redis-server
+
+	// Client trusts the CA, presents the client certificate and expects the
+	// server to be 127.0.0.1.
+	Client *tls.Config
+}
+
+// GenerateTLS writes a fresh CA, a server certificate for 127.0.0.1 and
+// localhost, and a client certificate into a temporary directory. ECDSA P-256
+// keys, valid for an hour.
+func GenerateTLS(t testing.TB) *TLSFiles {
+	t.Helper()
+	dir := t.TempDir()
+	now := time.Now()
+	serial := int64(1)
+	newCert := func(tmpl *x509.Certificate, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
+		t.Helper()
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serial++
+		tmpl.SerialNumber = big.NewInt(serial)
+		tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Minute), now.Add(time.Hour)
+		if parent == nil {
+			parent, parentKey = tmpl, key // self-signed
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert, key, der
+	}
+	write := func(name, typ string, der []byte) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keyDER := func(k *ecdsa.PrivateKey) []byte {
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+
+	ca, caKey, caDER := newCert(&x509.Certificate{
+		Subject:               pkix.Name{CommonName: "redlock test CA"},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}, nil, nil)
+	_, srvKey, srvDER := newCert(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "redlock test server"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:    []string{"localhost"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, ca, caKey)
+	_, cliKey, cliDER := newCert(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "redlock test client"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, caKey)
+
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	clientCert := tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
+	return &TLSFiles{
+		CACert:     write("ca.crt", "CERTIFICATE", caDER),
+		ServerCert: write("server.crt", "CERTIFICATE", srvDER),
+		ServerKey:  write("server.key", "PRIVATE KEY", keyDER(srvKey)),
+		Client: &tls.Config{
+			RootCAs:      roots,
+			Certificates: []tls.Certificate{clientCert},
+			ServerName:   "127.0.0.1",
+			MinVersion:   tls.VersionTLS12,
+		},
+	}
+}
+
+// DialTLS returns the dial options of a client of a server started by
+// StartTLS.
+func (f *TLSFiles) DialTLS() []redis.DialOption {
+	return []redis.DialOption{redis.DialUseTLS(true), redis.DialTLSConfig(f.Client)}
+}
+
+// StartTLS launches a redis-server that speaks only TLS (--port 0), with
+// client certificates required, and waits until it answers PING over TLS.
+func StartTLS(t testing.TB, f *TLSFiles, extra ...string) *Server {
+	t.Helper()
+	if ok, why := Available(); !ok {
+		t.Skip(why)
+	}
+	port := FreePort(t)
+	args := append([]string{
+		"--port", "0",
+		"--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", f.ServerCert,
+		"--tls-key-file", f.ServerKey,
+		"--tls-ca-cert-file", f.CACert,
+		"--tls-auth-clients", "yes",
+	}, extra...)
+	s := StartOnPort(t, port, args...)
+	if err := s.WaitReadyWith(5*time.Second, f.DialTLS()...); err != nil {
+		t.Fatalf("redis-server with TLS on %s: %v\n%s", s.Addr, err, s.Log())
+	}
+	return s
+}
