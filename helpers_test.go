@@ -27,12 +27,12 @@ func TestMain(m *testing.M) {
 type fault int32
 
 const (
-	healthy   fault = iota
-	failing         // GetContext fails at once: a node that is down
-	hanging         // GetContext blocks until its context ends
-	stuck           // GetContext ignores its context and blocks until the test ends
-	lostReply       // commands run on the node, but the reply is lost
-	errorReply      // the node answers every command with an error reply
+	healthy    fault = iota
+	failing          // GetContext fails at once: a node that is down
+	hanging          // GetContext blocks until its context ends
+	stuck            // GetContext ignores its context and blocks until the test ends
+	lostReply        // commands run on the node, but the reply is lost
+	errorReply       // the node answers every command with an error reply
 )
 
 var (
