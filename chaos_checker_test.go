@@ -19,11 +19,12 @@ import (
 //     another holder is inside with validity left is a violation;
 //   - validity intervals: after the run, no two [granted, end) intervals may
 //     overlap, end being the earlier of Until and the start of the release;
-//   - a guarded resource with fencing: each holder gets a fence from the
-//     checker at entry, in grant order (Redlock tokens are random, so they
-//     cannot order holders), and the resource rejects a write whose fence is
+//   - a guarded resource with fencing: each holder's fence is its lock's
+//     fencing token (WithFencing), or else a number the checker hands out at
+//     entry in grant order; the resource rejects a write whose fence is
 //     older than the newest it has accepted. A rejected write from a holder
-//     whose validity had not passed is a violation.
+//     whose validity had not passed is a violation, and so is a fencing
+//     token that does not exceed the one granted before it.
 //
 // A holder whose validity passed while it was inside (a stall of the test
 // process longer than the ttl) is counted as an overrun, not a violation:
@@ -35,7 +36,8 @@ type chaosChecker struct {
 	inside     map[*chaosHold]bool
 	maxInside  int
 	nextFence  int64
-	written    int64 // newest fence the resource accepted
+	lastToken  uint64 // the fencing token granted last, with WithFencing
+	written    int64  // newest fence the resource accepted
 	writes     int
 	rejected   int
 	overruns   int
@@ -74,7 +76,16 @@ func (c *chaosChecker) enter(worker int, l *redlock.Lock) *chaosHold {
 		// Otherwise other overran its validity; exit counts it.
 	}
 	c.nextFence++
-	h := &chaosHold{worker: worker, lock: l, granted: now, fence: c.nextFence}
+	fence := c.nextFence
+	if tok := l.Token(); tok != 0 {
+		if tok <= c.lastToken {
+			c.violatef("token order: worker %d got fencing token %d after token %d was granted",
+				worker, tok, c.lastToken)
+		}
+		c.lastToken = tok
+		fence = int64(tok)
+	}
+	h := &chaosHold{worker: worker, lock: l, granted: now, fence: fence}
 	c.inside[h] = true
 	c.maxInside = max(c.maxInside, len(c.inside))
 	return h

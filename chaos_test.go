@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
 )
@@ -40,9 +42,14 @@ func chaosStart(t *testing.T, opts redistest.ClusterOptions) *redistest.Cluster 
 }
 
 // chaosLockBudget is the longest Lock may take: each try is one node timeout
-// plus one for the undo of a lost try, and a retry delay between tries.
-func chaosLockBudget(tries int, nodeTimeout, retryMax time.Duration) time.Duration {
-	return time.Duration(tries)*2*nodeTimeout + time.Duration(tries-1)*retryMax + chaosSlack
+// per round (two with fencing) plus one for the undo of a lost try, and a
+// retry delay between tries.
+func chaosLockBudget(tries int, fenced bool, nodeTimeout, retryMax time.Duration) time.Duration {
+	rounds := 2
+	if fenced {
+		rounds = 3
+	}
+	return time.Duration(tries*rounds)*nodeTimeout + time.Duration(tries-1)*retryMax + chaosSlack
 }
 
 // A chaosLoad is a set of workers contending for one key, each cycle being
@@ -188,7 +195,7 @@ func TestChaosMinorityKilled(t *testing.T) {
 			redlock.WithTries(tries), redlock.WithRetryDelay(2*time.Millisecond, retryMax)),
 		key:        "chaos:minority",
 		ttl:        time.Second,
-		lockBudget: chaosLockBudget(tries, nodeTimeout, retryMax),
+		lockBudget: chaosLockBudget(tries, false, nodeTimeout, retryMax),
 		callBudget: nodeTimeout + chaosSlack,
 		check:      newChaosChecker(),
 	}
@@ -241,7 +248,7 @@ func TestChaosMajorityKilled(t *testing.T) {
 	}
 	var err error
 	d := realTimed(func() { _, err = client.Lock(ctx, key, 5*time.Second) })
-	budget := chaosLockBudget(tries, nodeTimeout, retryMax)
+	budget := chaosLockBudget(tries, false, nodeTimeout, retryMax)
 	t.Logf("Lock with 3 of 5 dead failed after %v (budget %v): %v", d, budget, err)
 	if !errors.Is(err, redlock.ErrNotObtained) {
 		t.Fatalf("Lock = %v, want ErrNotObtained", err)
@@ -614,13 +621,15 @@ func TestChaosRandomFaults(t *testing.T) {
 		retryMax    = 20 * time.Millisecond
 		ttl         = time.Second
 	)
-	c := chaosStart(t, redistest.ClusterOptions{Durable: func(i int) bool { return i < 3 }})
+	// Fencing counters must survive restarts (docs/fencing.md): every node is
+	// durable here. TestChaosRestartDelayed covers nodes without persistence.
+	c := chaosStart(t, redistest.ClusterOptions{Durable: func(int) bool { return true }})
 	ld := &chaosLoad{
-		client: realClient(t, c.Addrs(), redlock.WithNodeTimeout(nodeTimeout),
+		client: realClient(t, c.Addrs(), redlock.WithNodeTimeout(nodeTimeout), redlock.WithFencing(),
 			redlock.WithTries(tries), redlock.WithRetryDelay(2*time.Millisecond, retryMax)),
 		key:        "chaos:random",
 		ttl:        ttl,
-		lockBudget: chaosLockBudget(tries, nodeTimeout, retryMax),
+		lockBudget: chaosLockBudget(tries, true, nodeTimeout, retryMax),
 		callBudget: nodeTimeout + chaosSlack,
 		check:      newChaosChecker(),
 	}
@@ -784,5 +793,114 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	select {
 	case <-timer.C:
 	case <-ctx.Done():
+	}
+}
+
+// Fencing on real nodes: successive locks taken by different clients, while
+// nodes are killed and partitioned, get strictly increasing tokens.
+func TestChaosFencingSequential(t *testing.T) {
+	c := chaosStart(t, redistest.ClusterOptions{Durable: func(int) bool { return true }})
+	const nodeTimeout = 150 * time.Millisecond
+	clients := make([]*redlock.Client, 3)
+	for i := range clients {
+		clients[i] = realClient(t, c.Addrs(), redlock.WithFencing(), redlock.WithNodeTimeout(nodeTimeout),
+			redlock.WithRetryDelay(5*time.Millisecond, 30*time.Millisecond))
+	}
+	// Each step faults up to two nodes (never a majority) and heals the rest.
+	steps := []struct {
+		kill, cut []int
+	}{
+		{nil, nil}, {[]int{0}, nil}, {[]int{0, 1}, nil}, {nil, []int{3, 4}}, {[]int{2}, []int{4}},
+		{nil, []int{0, 1}}, {[]int{4}, []int{1}}, {[]int{3}, nil}, {nil, nil},
+	}
+	ctx := context.Background()
+	var last uint64
+	for i, step := range steps {
+		for j, n := range c.Nodes {
+			switch {
+			case slices.Contains(step.kill, j):
+				chaosMust(t, n.Kill())
+			case slices.Contains(step.cut, j):
+				chaosMust(t, n.Disconnect())
+			}
+		}
+		for round := range 3 {
+			client := clients[(i+round)%len(clients)]
+			l, err := client.Lock(ctx, "chaos:fenced", 5*time.Second)
+			if err != nil {
+				t.Fatalf("step %d (kill %v, cut %v): Lock: %v", i, step.kill, step.cut, err)
+			}
+			if l.Token() <= last {
+				t.Fatalf("step %d: token %d after %d", i, l.Token(), last)
+			}
+			last = l.Token()
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("step %d: Unlock: %v", i, err)
+			}
+		}
+		for j, n := range c.Nodes {
+			switch {
+			case slices.Contains(step.kill, j):
+				chaosMust(t, n.Start())
+				chaosMust(t, n.WaitReady(10*time.Second))
+			case slices.Contains(step.cut, j):
+				chaosMust(t, n.Reconnect())
+			}
+		}
+	}
+	t.Logf("%d locks through kills and partitions, tokens strictly increasing, last %d", 3*len(steps), last)
+}
+
+// A GC pause on real nodes: the holder stalls past its validity, a second
+// client takes the lock and writes; when the first wakes, the guarded
+// resource (FencedSet, on a real Redis) rejects its write.
+func TestChaosFencingPausedHolder(t *testing.T) {
+	c := chaosStart(t, redistest.ClusterOptions{Durable: func(int) bool { return true }})
+	data := redistest.Start(t) // the protected resource: a plain Redis, not a lock node
+	conn, err := redis.Dial("tcp", data.Addr)
+	chaosMust(t, err)
+	defer conn.Close()
+
+	const ttl = 500 * time.Millisecond
+	stalled := realClient(t, c.Addrs(), redlock.WithFencing(), redlock.WithNodeTimeout(150*time.Millisecond))
+	fresh := realClient(t, c.Addrs(), redlock.WithFencing(), redlock.WithNodeTimeout(150*time.Millisecond),
+		redlock.WithTries(100), redlock.WithRetryDelay(20*time.Millisecond, 50*time.Millisecond))
+	ctx := context.Background()
+
+	old, err := stalled.Lock(ctx, "chaos:gc", ttl)
+	chaosMust(t, err)
+	chaosMust(t, redlock.FencedSet(ctx, conn, "doc", old.Token(), "from the first holder"))
+
+	// The stall: the holder does nothing until its keys have expired on
+	// every node and the other client has taken over. Lock retries until
+	// then, so the hand-over does not depend on how long the stall is.
+	newer, err := fresh.Lock(ctx, "chaos:gc", 10*time.Second)
+	chaosMust(t, err)
+	if !time.Now().After(old.Until()) {
+		t.Fatalf("second holder granted while the first was still valid for %v", time.Until(old.Until()))
+	}
+	chaosMust(t, redlock.FencedSet(ctx, conn, "doc", newer.Token(), "from the second holder"))
+
+	// The first holder wakes and writes as if it still held the lock.
+	err = redlock.FencedSet(ctx, conn, "doc", old.Token(), "stale")
+	if !errors.Is(err, redlock.ErrStaleToken) {
+		t.Fatalf("stale write after the pause: got %v, want ErrStaleToken", err)
+	}
+	got, err := redis.String(conn.Do("GET", "doc"))
+	chaosMust(t, err)
+	if got != "from the second holder" {
+		t.Fatalf("resource holds %q", got)
+	}
+	if !errors.Is(old.Extend(ctx, ttl), redlock.ErrExpired) {
+		t.Fatal("the stalled holder could still extend")
+	}
+	chaosMust(t, newer.Unlock(ctx))
+	t.Logf("tokens %d then %d; the stalled holder's write was rejected", old.Token(), newer.Token())
+}
+
+func chaosMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

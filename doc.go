@@ -44,7 +44,7 @@
 // with a stale token (Guard, FencedSet). See docs/fencing.md.
 //
 // Every call is bounded in time: an acquisition attempt takes at most one node
-// timeout, plus one more to release after a failure; Extend and Unlock take at
-// most one node timeout. A node that accepts connections but never answers
+// timeout (two with fencing), plus one more to release after a failure;
+// Extend and Unlock take at most one node timeout. A node that accepts connections but never answers
 // does not hold up any call beyond that.
 package redlock

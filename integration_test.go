@@ -299,7 +299,7 @@ func TestRealContention(t *testing.T) {
 			redlock.WithRetryDelay(time.Millisecond, retryMax)),
 		key:        "real:contention",
 		ttl:        time.Second,
-		lockBudget: chaosLockBudget(tries, nodeTimeout, retryMax),
+		lockBudget: chaosLockBudget(tries, false, nodeTimeout, retryMax),
 		callBudget: nodeTimeout + chaosSlack,
 		check:      newChaosChecker(),
 	}

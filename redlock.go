@@ -166,7 +166,8 @@ func isNil(v any) bool {
 // Bad arguments return an error wrapping ErrInvalid and make no network call.
 //
 // Each attempt takes at most one node timeout, or two when it fails and must
-// release nodes that did not answer.
+// release nodes that did not answer; with WithFencing, one more for the
+// second round.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, key, ttl, c.tries)
 }
