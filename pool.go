@@ -94,6 +94,7 @@ func newScript(src string) script {
 type node struct {
 	index int
 	pool  Pool
+	pipe  pipe // batches the commands of concurrent callers (pipe.go)
 }
 
 // setNX sends SET key token NX PX ttl (step 1). It reports true if the node
@@ -119,32 +120,26 @@ func (n *node) release(ctx context.Context, deadline time.Time, key, token strin
 }
 
 // command sends one command and waits for its reply at most until deadline.
+// It goes through the node's pipe, so concurrent callers share round trips.
 // A failure comes back as a *NodeError.
 func (n *node) command(ctx context.Context, deadline time.Time, cmd string, args ...any) (any, error) {
-	conn, err := n.pool.GetContext(ctx)
-	if err != nil {
-		return nil, n.fail(err, deadline)
-	}
-	defer conn.Close()
-	reply, err := doUntil(conn, deadline, cmd, args...)
+	c := newCall(ctx, deadline, cmd, args)
+	n.pipe.send(n.pool, c)
+	reply, err := c.reply, c.err
+	c.free()
 	return reply, n.fail(err, deadline)
 }
 
 // eval runs a script by EVALSHA, falling back to EVAL when the node does not
 // have it cached yet (after a restart or SCRIPT FLUSH). EVAL caches it again.
 func (n *node) eval(ctx context.Context, deadline time.Time, s script, key string, args ...any) (any, error) {
-	conn, err := n.pool.GetContext(ctx)
-	if err != nil {
-		return nil, n.fail(err, deadline)
-	}
-	defer conn.Close()
 	evalArgs := append([]any{s.hash, 1, key}, args...)
-	reply, err := doUntil(conn, deadline, "EVALSHA", evalArgs...)
+	reply, err := n.command(ctx, deadline, "EVALSHA", evalArgs...)
 	if isNoScript(err) {
 		evalArgs[0] = s.src
-		reply, err = doUntil(conn, deadline, "EVAL", evalArgs...)
+		reply, err = n.command(ctx, deadline, "EVAL", evalArgs...)
 	}
-	return reply, n.fail(err, deadline)
+	return reply, err
 }
 
 // fail wraps a node's error. An error at or past the deadline is reported as
