@@ -46,8 +46,9 @@ type call struct {
 	reply any
 	err   error
 
-	done chan struct{} // receives once: the call was answered, or it leads
-	lead []*call       // when woken to lead: the batch to send
+	done  chan struct{} // receives once: the call was answered, or it leads
+	lead  []*call       // when woken to lead: the batch to send
+	alone [1]*call      // the batch of a call sent alone: itself
 }
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -61,6 +62,7 @@ func newCall(ctx context.Context, deadline time.Time, cmd string, args []any) *c
 
 func (c *call) free() {
 	clear(c.args)
+	c.alone[0] = nil
 	c.ctx, c.reply, c.err = nil, nil, nil
 	calls.Put(c)
 }
@@ -90,8 +92,8 @@ func (p *pipe) send(pool Pool, c *call) {
 	}
 	p.busy = true
 	p.mu.Unlock()
-	alone := [1]*call{c}
-	p.run(pool, alone[:], c, false)
+	c.alone[0] = c
+	p.run(pool, c.alone[:], c, false)
 }
 
 // run sends batch, answers every call in it, and hands the node to the

@@ -165,3 +165,61 @@ type failingPool struct{}
 func (failingPool) GetContext(context.Context) (redis.Conn, error) {
 	return nil, errors.New("no connection")
 }
+
+// hangingPool never lends a connection and ignores ctx, until released.
+type hangingPool struct{ release chan struct{} }
+
+func (p hangingPool) GetContext(context.Context) (redis.Conn, error) {
+	<-p.release
+	return nil, errors.New("released")
+}
+
+// The coordinator bounds every round by the node timeout even when a Pool
+// ignores ctx, and a minority of such nodes delays no one.
+func TestRoundBoundedWhenPoolIgnoresContext(t *testing.T) {
+	s1, s2 := redistest.Start(t), redistest.Start(t)
+	hang := hangingPool{release: make(chan struct{})}
+	defer close(hang.release)
+	p1, p2 := NewPool(s1.Addr), NewPool(s2.Addr)
+	defer p1.Close()
+	defer p2.Close()
+	const timeout = 100 * time.Millisecond
+
+	for _, tc := range []struct {
+		name  string
+		pools []Pool
+		won   bool
+	}{
+		{"minority hangs", []Pool{p1, hang, p2}, true},
+		{"majority hangs", []Pool{p1, hang, hang}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(tc.pools, WithNodeTimeout(timeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			l, err := c.TryLock(context.Background(), "k:"+tc.name, time.Second)
+			d := time.Since(start)
+			if tc.won {
+				if err != nil {
+					t.Fatalf("TryLock: %v", err)
+				}
+				if d > timeout/2 {
+					t.Errorf("took %v: waited for the hanging node", d)
+				}
+				if err := l.Unlock(context.Background()); err != nil {
+					t.Errorf("Unlock: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrNodeTimeout) || !errors.Is(err, ErrNotObtained) {
+				t.Errorf("err = %v, want ErrNotObtained with ErrNodeTimeout", err)
+			}
+			// One node timeout for the attempt, one for the undo.
+			if d < timeout || d > 2*timeout+50*time.Millisecond {
+				t.Errorf("took %v, want between %v and about %v", d, timeout, 2*timeout)
+			}
+		})
+	}
+}

@@ -83,11 +83,14 @@ var (
 type script struct {
 	src  string
 	hash string // SHA1 of src, as EVALSHA wants it
+
+	srcArg, hashArg any // src and hash as command arguments, converted once
 }
 
 func newScript(src string) script {
 	h := sha1.Sum([]byte(src))
-	return script{src: src, hash: hex.EncodeToString(h[:])}
+	hash := hex.EncodeToString(h[:])
+	return script{src: src, hash: hash, srcArg: src, hashArg: hash}
 }
 
 // A node is one Redis master as the quorum sees it.
@@ -97,25 +100,31 @@ type node struct {
 	pipe  pipe // batches the commands of concurrent callers (pipe.go)
 }
 
+// cmdArgs are one operation's command arguments, converted to interface
+// values once for all nodes rather than once per node and command.
+type cmdArgs struct {
+	key, token, ttl any // ttl in milliseconds, as PX and PEXPIRE take it
+}
+
 // setNX sends SET key token NX PX ttl (step 1). It reports true if the node
 // stored the key and false if the key already existed.
-func (n *node) setNX(ctx context.Context, deadline time.Time, key, token string, ttl time.Duration) (bool, error) {
-	reply, err := n.command(ctx, deadline, "SET", key, token, "NX", "PX", ttl.Milliseconds())
+func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+	reply, err := n.command(ctx, deadline, "SET", a.key, a.token, "NX", "PX", a.ttl)
 	return reply != nil, err
 }
 
 // extend runs the extend script (step 5). It reports true if the key still
 // held token and its ttl was reset.
-func (n *node) extend(ctx context.Context, deadline time.Time, key, token string, ttl time.Duration) (bool, error) {
-	reply, err := n.eval(ctx, deadline, extendScript, key, token, ttl.Milliseconds())
+func (n *node) extend(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+	reply, err := n.eval(ctx, deadline, &extendScript, a.key, a.token, a.ttl)
 	return reply == int64(1), err
 }
 
 // release runs the release script (step 4 and Unlock). It reports true once
 // the node answered: afterwards the node holds no key with token, whether the
 // script deleted it or found it gone.
-func (n *node) release(ctx context.Context, deadline time.Time, key, token string) (bool, error) {
-	_, err := n.eval(ctx, deadline, releaseScript, key, token)
+func (n *node) release(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+	_, err := n.eval(ctx, deadline, &releaseScript, a.key, a.token)
 	return err == nil, err
 }
 
@@ -130,17 +139,22 @@ func (n *node) command(ctx context.Context, deadline time.Time, cmd string, args
 	return reply, n.fail(err, deadline)
 }
 
-// eval runs a script by EVALSHA, falling back to EVAL when the node does not
-// have it cached yet (after a restart or SCRIPT FLUSH). EVAL caches it again.
-func (n *node) eval(ctx context.Context, deadline time.Time, s script, key string, args ...any) (any, error) {
-	evalArgs := append([]any{s.hash, 1, key}, args...)
+// eval runs a script on one key by EVALSHA, falling back to EVAL when the
+// node does not have it cached yet (after a restart or SCRIPT FLUSH). EVAL
+// caches it again. args are at most two.
+func (n *node) eval(ctx context.Context, deadline time.Time, s *script, key any, args ...any) (any, error) {
+	var buf [5]any
+	evalArgs := append(append(buf[:0], s.hashArg, oneKey, key), args...)
 	reply, err := n.command(ctx, deadline, "EVALSHA", evalArgs...)
 	if isNoScript(err) {
-		evalArgs[0] = s.src
+		evalArgs[0] = s.srcArg
 		reply, err = n.command(ctx, deadline, "EVAL", evalArgs...)
 	}
 	return reply, err
 }
+
+// oneKey is EVAL's numkeys argument for scripts on one key.
+var oneKey any = 1
 
 // fail wraps a node's error. An error at or past the deadline is reported as
 // ErrNodeTimeout, whatever the driver called it.
@@ -165,6 +179,9 @@ func doUntil(conn redis.Conn, deadline time.Time, cmd string, args ...any) (any,
 }
 
 func isNoScript(err error) bool {
+	if err == nil {
+		return false
+	}
 	var rerr redis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(string(rerr), "NOSCRIPT")
 }

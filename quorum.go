@@ -103,48 +103,43 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 		return false, t // nothing sent, so nothing to undo
 	}
 
-	deadline := time.Now().Add(c.nodeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	deadline := c.nodeDeadline(ctx)
+	// Shared with the node goroutines, in one allocation.
+	var shared struct {
+		running   atomic.Int32       // ops not yet returned
+		cancelOps context.CancelFunc // the last op to return releases opCtx
+		// The verdict, set before decided is closed.
+		lost         bool
+		undoCtx      context.Context
+		undoDeadline time.Time
 	}
 	// Detached from ctx's cancellation, so that in-flight commands are not
 	// torn down mid-reply when the caller stops waiting: their connections
 	// stay usable, and the undo can follow them.
 	opCtx, cancelOps := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	var running atomic.Int32
-	running.Store(int32(n))
-	opDone := func() { // the last op to return releases opCtx
-		if running.Add(-1) == 0 {
-			cancelOps()
-		}
-	}
+	shared.cancelOps = cancelOps
+	shared.running.Store(int32(n))
 
 	ballots := make(chan ballot, n)
-	decided := make(chan struct{}) // closed once the verdict below is set
-	undone := make(chan struct{}, n)
-	var (
-		lost         bool
-		undoCtx      context.Context
-		undoDeadline time.Time
-	)
+	decided, undone := undoChans(r, n)
 	for _, nd := range c.nodes {
 		go func() {
 			yes, err := r.op(opCtx, nd, deadline)
-			opDone()
 			ballots <- ballot{node: nd.index, yes: yes, err: err}
+			if shared.running.Add(-1) == 0 {
+				shared.cancelOps() // after the ballot: see the count below
+			}
 			if r.undo == nil {
 				return
 			}
 			<-decided
-			if lost && (yes || err != nil) {
-				r.undo(undoCtx, nd, undoDeadline)
+			if shared.lost && (yes || err != nil) {
+				r.undo(shared.undoCtx, nd, shared.undoDeadline)
 			}
 			undone <- struct{}{}
 		}()
 	}
 
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
 	answered := make([]bool, n)
 count:
 	for !t.decided() {
@@ -152,7 +147,22 @@ count:
 		case b := <-ballots:
 			answered[b.node] = true
 			t.add(b)
-		case <-timer.C:
+		case <-opCtx.Done():
+			// The deadline passed, or every node answered: the last op to
+			// return ends opCtx after sending its ballot. Count what was
+			// sent, then the silent nodes as timed out.
+			for drained := false; !drained && !t.decided(); {
+				select {
+				case b := <-ballots:
+					answered[b.node] = true
+					t.add(b)
+				default:
+					drained = true
+				}
+			}
+			if t.decided() {
+				break // every node answered
+			}
 			for i, ok := range answered {
 				if !ok {
 					t.add(ballot{node: i, err: &NodeError{Node: i, Err: ErrNodeTimeout}})
@@ -171,23 +181,42 @@ count:
 		return won, t
 	}
 
-	lost = !won
-	if lost {
-		undoDeadline = time.Now().Add(c.nodeTimeout)
+	shared.lost = !won
+	if shared.lost {
+		shared.undoDeadline = time.Now().Add(c.nodeTimeout)
 		var cancelUndo context.CancelFunc
-		undoCtx, cancelUndo = context.WithDeadline(context.WithoutCancel(ctx), undoDeadline)
+		shared.undoCtx, cancelUndo = context.WithDeadline(context.WithoutCancel(ctx), shared.undoDeadline)
 		defer cancelUndo()
 	}
 	close(decided)
-	if lost {
-		timer.Reset(time.Until(undoDeadline))
+	if shared.lost {
 		for range n {
 			select {
 			case <-undone:
-			case <-timer.C:
+			case <-shared.undoCtx.Done(): // the undo deadline
 				return won, t
 			}
 		}
 	}
 	return won, t
+}
+
+// undoChans makes the channels by which a round with an undo tells its node
+// goroutines the verdict (decided is closed once it is set) and learns that
+// they are done (undone).
+func undoChans(r round, n int) (decided, undone chan struct{}) {
+	if r.undo == nil {
+		return nil, nil
+	}
+	return make(chan struct{}), make(chan struct{}, n)
+}
+
+// nodeDeadline is when each node's part of a round ends: now plus the node
+// timeout, or ctx's deadline if that is sooner.
+func (c *Client) nodeDeadline(ctx context.Context) time.Time {
+	deadline := time.Now().Add(c.nodeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		return d
+	}
+	return deadline
 }

@@ -218,19 +218,24 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
+	// The Lock holds the command arguments, so that they are made once, in
+	// the same allocation; it is dropped if the attempt fails.
+	l := &Lock{client: c, key: key, token: token, args: cmdArgs{key: key, token: token, ttl: ttl.Milliseconds()}}
+	args := &l.args
 	won, t := c.fanout(ctx, round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.setNX(ctx, deadline, key, token, ttl)
+			return n.setNX(ctx, deadline, args)
 		},
 		undo: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.release(ctx, deadline, key, token)
+			return n.release(ctx, deadline, args)
 		},
 		valid: func() bool { return c.clock.Now().Before(until) },
 	})
 	if !won {
 		return nil, t.err(ErrNotObtained)
 	}
-	return &Lock{client: c, key: key, token: token, until: until}, nil
+	l.until = until
+	return l, nil
 }
 
 func randomToken() (string, error) {
@@ -249,6 +254,7 @@ type Lock struct {
 	client *Client
 	key    string
 	token  string
+	args   cmdArgs // key and token as command arguments (ttl: the first one's)
 
 	mu    sync.Mutex
 	until time.Time // zero once released
@@ -289,9 +295,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return ErrExpired
 	}
 	until := validUntil(start, ttl, c.driftFactor)
+	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds()}
 	won, t := c.fanout(ctx, round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.extend(ctx, deadline, l.key, l.token, ttl)
+			return n.extend(ctx, deadline, args)
 		},
 		valid: func() bool { return c.clock.Now().Before(until) },
 	})
@@ -332,7 +339,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	expired := !c.clock.Now().Before(l.Until())
 	won, t := c.fanout(ctx, round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.release(ctx, deadline, l.key, l.token)
+			return n.release(ctx, deadline, &l.args)
 		},
 	})
 	if won {
