@@ -26,3 +26,18 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+
+# The benchmarks: the root package against the floor, then bench/ (its own
+# module) against redsync, on local redis-server nodes. Results go to
+# *.bench.txt and through benchstat; see docs/benchmarks.md.
+BENCH_COUNT ?= 6
+BENCH_TIME ?= 1s
+BENCH ?= .
+BENCHSTAT ?= $(GO) run golang.org/x/perf/cmd/benchstat@latest
+
+bench: deps
+	$(GO) test -run '^$$' -bench '$(BENCH)' -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) -timeout 60m . | tee root.bench.txt
+	cd bench && $(GO) test -run '^$$' -bench '$(BENCH)' -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) -timeout 60m . | tee ../peer.bench.txt
+	cd bench && $(GO) test -count 1 -v -run TestRedsyncFrozenNodeWithoutReadTimeout .
+	$(BENCHSTAT) -col /impl root.bench.txt
+	$(BENCHSTAT) -col /impl peer.bench.txt

@@ -23,7 +23,7 @@ const maxNodes = 7
 // startNodes starts n redis-server processes on loopback and returns their
 // addresses. It skips the benchmark, with the reason, if redis-server is not
 // installed. The servers stop when b ends.
-func startNodes(b *testing.B, n int) []string {
+func startNodes(b testing.TB, n int) []string {
 	b.Helper()
 	if ok, why := redistest.Available(); !ok {
 		b.Skip(why)
@@ -37,7 +37,7 @@ func startNodes(b *testing.B, n int) []string {
 
 // newPools returns one production-default pool (redlock.NewPool) per address.
 // Every implementation in a run borrows from these same pools.
-func newPools(b *testing.B, addrs []string) []*redis.Pool {
+func newPools(b testing.TB, addrs []string) []*redis.Pool {
 	pools := make([]*redis.Pool, len(addrs))
 	for i, a := range addrs {
 		pools[i] = redlock.NewPool(a)
@@ -59,7 +59,7 @@ type frozenNode struct {
 	done  chan struct{}
 }
 
-func startFrozen(b *testing.B) *frozenNode {
+func startFrozen(b testing.TB) *frozenNode {
 	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -106,7 +106,7 @@ func (f *frozenNode) Stop() {
 
 // startSlowProxy puts an in-process toxiproxy in front of upstream that
 // delays every reply by latency, and returns the proxy's address.
-func startSlowProxy(b *testing.B, upstream string, latency time.Duration) string {
+func startSlowProxy(b testing.TB, upstream string, latency time.Duration) string {
 	b.Helper()
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	p := toxiproxy.NewProxy(srv, "slow", "127.0.0.1:0", upstream)
@@ -123,7 +123,7 @@ func startSlowProxy(b *testing.B, upstream string, latency time.Duration) string
 }
 
 // checkSlow measures one PING through addr, to show the toxic is in place.
-func checkSlow(b *testing.B, addr string, min time.Duration) {
+func checkSlow(b testing.TB, addr string, min time.Duration) {
 	b.Helper()
 	c, err := redis.DialContext(context.Background(), "tcp", addr)
 	if err != nil {

@@ -31,8 +31,10 @@ func (r *recorder) observe(start time.Time, err error) {
 	}
 }
 
-// report adds p50, p99 and max latency to b's results and fails b if any
-// operation failed. Call it after the measured loop.
+// report adds p50, p99 and max latency to b's results, and the fraction of
+// operations that failed, which also count in the latencies. A failure is a
+// result, not a harness error: a node timeout under overload is the library
+// doing its job. Call report after the measured loop.
 func (r *recorder) report(b *testing.B) {
 	b.StopTimer()
 	n := min(int(r.next.Load()), len(r.lat))
@@ -43,8 +45,11 @@ func (r *recorder) report(b *testing.B) {
 		b.ReportMetric(us(lat[(n*99)/100]), "p99-µs")
 		b.ReportMetric(us(lat[n-1]), "max-µs")
 	}
+	if n > 0 {
+		b.ReportMetric(float64(r.errs.Load())/float64(n), "fails/op")
+	}
 	if e := r.errs.Load(); e > 0 {
-		b.Errorf("%d of %d operations failed; last: %v", e, n, r.last.Load())
+		b.Logf("%d of %d operations failed; last: %v", e, n, r.last.Load())
 	}
 }
 
