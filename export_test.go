@@ -4,3 +4,16 @@ package redlock
 // returned calls left in the background. Tests use it before they inspect
 // every node.
 func Settle(c *Client) { c.calls.Wait() }
+
+// HoldNodeStart makes each round's goroutine for node of client wait until
+// release is closed, as if the scheduler had not run it yet. It returns a
+// function that removes the hook.
+func HoldNodeStart(client *Client, node int, release <-chan struct{}) (undo func()) {
+	hook := func(c *Client, n int) {
+		if c == client && n == node {
+			<-release
+		}
+	}
+	testHookNodeStart.Store(&hook)
+	return func() { testHookNodeStart.Store(nil) }
+}

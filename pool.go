@@ -93,11 +93,14 @@ type script struct {
 	src  string
 	hash string // SHA1 of src, as EVALSHA wants it
 	keys int    // how many of the arguments are keys
+
+	srcArg, hashArg, keysArg any // the above as command arguments, converted once
 }
 
 func newScript(src string, keys int) script {
 	h := sha1.Sum([]byte(src))
-	return script{src: src, hash: hex.EncodeToString(h[:]), keys: keys}
+	hash := hex.EncodeToString(h[:])
+	return script{src: src, hash: hash, keys: keys, srcArg: src, hashArg: hash, keysArg: keys}
 }
 
 // fenceKey names the fencing counter of a lock key. It has no ttl: the
@@ -108,20 +111,28 @@ func fenceKey(key string) string { return "redlock:fence:" + key }
 type node struct {
 	index int
 	pool  Pool
+	pipe  pipe // batches the commands of concurrent callers (pipe.go)
+}
+
+// cmdArgs are one operation's command arguments, converted to interface
+// values once for all nodes rather than once per node and command.
+type cmdArgs struct {
+	key, token, ttl any // ttl in milliseconds, as PX and PEXPIRE take it
+	fenceKey        any // the key's fencing counter, with WithFencing
 }
 
 // setNX sends SET key token NX PX ttl (step 1). It reports true if the node
 // stored the key and false if the key already existed.
-func (n *node) setNX(ctx context.Context, deadline time.Time, key, token string, ttl time.Duration) (bool, error) {
-	reply, err := n.command(ctx, deadline, "SET", key, token, "NX", "PX", ttl.Milliseconds())
+func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+	reply, err := n.command(ctx, deadline, "SET", a.key, a.token, "NX", "PX", a.ttl)
 	return reply != nil, err
 }
 
 // setNXFenced is setNX that also reads the node's fencing counter in the
 // same atomic step (fencing, round 1). It reports the counter and whether
 // the node stored the key.
-func (n *node) setNXFenced(ctx context.Context, deadline time.Time, key, token string, ttl time.Duration) (uint64, bool, error) {
-	reply, err := n.eval(ctx, deadline, acquireFencedScript, key, fenceKey(key), token, ttl.Milliseconds())
+func (n *node) setNXFenced(ctx context.Context, deadline time.Time, a *cmdArgs) (uint64, bool, error) {
+	reply, err := n.eval(ctx, deadline, &acquireFencedScript, a.key, a.fenceKey, a.token, a.ttl)
 	counter, ok := reply.(int64)
 	if !ok || counter < 0 {
 		return 0, false, err
@@ -129,37 +140,37 @@ func (n *node) setNXFenced(ctx context.Context, deadline time.Time, key, token s
 	return uint64(counter), true, err
 }
 
-// raiseFence raises the node's fencing counter to at least fence while key
-// still holds token (fencing, round 2). It reports true if it did.
-func (n *node) raiseFence(ctx context.Context, deadline time.Time, key, token string, fence uint64) (bool, error) {
-	reply, err := n.eval(ctx, deadline, raiseFenceScript, key, fenceKey(key), token, fence)
+// raiseFence raises the node's fencing counter to at least fence while the
+// key still holds the token (fencing, round 2). It reports true if it did.
+func (n *node) raiseFence(ctx context.Context, deadline time.Time, a *cmdArgs, fence uint64) (bool, error) {
+	reply, err := n.eval(ctx, deadline, &raiseFenceScript, a.key, a.fenceKey, a.token, fence)
 	return reply == int64(1), err
 }
 
 // extend runs the extend script (step 5). It reports true if the key still
-// held token and its ttl was reset.
-func (n *node) extend(ctx context.Context, deadline time.Time, key, token string, ttl time.Duration) (bool, error) {
-	reply, err := n.eval(ctx, deadline, extendScript, key, token, ttl.Milliseconds())
+// held the token and its ttl was reset.
+func (n *node) extend(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+	reply, err := n.eval(ctx, deadline, &extendScript, a.key, a.token, a.ttl)
 	return reply == int64(1), err
 }
 
 // release runs the release script (step 4 and Unlock). It reports true once
-// the node answered: afterwards the node holds no key with token, whether the
-// script deleted it or found it gone.
-func (n *node) release(ctx context.Context, deadline time.Time, key, token string) (bool, error) {
-	_, err := n.eval(ctx, deadline, releaseScript, key, token)
+// the node answered: afterwards the node holds no key with the token,
+// whether the script deleted it or found it gone.
+func (n *node) release(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+	_, err := n.eval(ctx, deadline, &releaseScript, a.key, a.token)
 	return err == nil, err
 }
 
 // command sends one command and waits for its reply at most until deadline.
-// A failure comes back as a *NodeError.
+// It goes through the node's pipe, so concurrent callers share round trips.
+// A failure, including an error reply, comes back as a nil reply and a
+// *NodeError.
 func (n *node) command(ctx context.Context, deadline time.Time, cmd string, args ...any) (any, error) {
-	conn, err := n.pool.GetContext(ctx)
-	if err != nil {
-		return nil, n.fail(err, deadline)
-	}
-	defer conn.Close()
-	reply, err := doUntil(conn, deadline, cmd, args...)
+	c := n.pipe.newCall(ctx, deadline, cmd, args)
+	n.pipe.send(n.pool, c)
+	reply, err := c.reply, c.err
+	n.pipe.recycle(c)
 	if err != nil {
 		return nil, n.fail(err, deadline)
 	}
@@ -168,23 +179,17 @@ func (n *node) command(ctx context.Context, deadline time.Time, cmd string, args
 
 // eval runs a script by EVALSHA, falling back to EVAL when the node does not
 // have it cached yet (after a restart or SCRIPT FLUSH). EVAL caches it again.
-// keysAndArgs holds the script's s.keys keys, then its arguments.
-func (n *node) eval(ctx context.Context, deadline time.Time, s script, keysAndArgs ...any) (any, error) {
-	conn, err := n.pool.GetContext(ctx)
-	if err != nil {
-		return nil, n.fail(err, deadline)
-	}
-	defer conn.Close()
-	evalArgs := append([]any{s.hash, s.keys}, keysAndArgs...)
-	reply, err := doUntil(conn, deadline, "EVALSHA", evalArgs...)
+// keysAndArgs holds the script's s.keys keys, then its arguments: four at
+// most.
+func (n *node) eval(ctx context.Context, deadline time.Time, s *script, keysAndArgs ...any) (any, error) {
+	var buf [6]any
+	evalArgs := append(append(buf[:0], s.hashArg, s.keysArg), keysAndArgs...)
+	reply, err := n.command(ctx, deadline, "EVALSHA", evalArgs...)
 	if isNoScript(err) {
-		evalArgs[0] = s.src
-		reply, err = doUntil(conn, deadline, "EVAL", evalArgs...)
+		evalArgs[0] = s.srcArg
+		reply, err = n.command(ctx, deadline, "EVAL", evalArgs...)
 	}
-	if err != nil {
-		return nil, n.fail(err, deadline)
-	}
-	return reply, nil
+	return reply, err
 }
 
 // fail wraps a node's error. An error at or past the deadline is reported as
@@ -212,6 +217,9 @@ func doUntil(conn redis.Conn, deadline time.Time, cmd string, args ...any) (any,
 }
 
 func isNoScript(err error) bool {
+	if err == nil {
+		return false
+	}
 	var rerr redis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(string(rerr), "NOSCRIPT")
 }

@@ -33,11 +33,16 @@ type round struct {
 	valid func() bool
 
 	// abandoned, if set, reports whether the caller has since let go of a won
-	// round (Unlock called). A node whose op was still in flight when it was
-	// let go runs undo itself, after its op, so that a SET arriving after the
-	// release does not leave an orphan key behind.
+	// round (Unlock has begun). A node whose op returns after that runs undo
+	// itself, after its op: its SET may have reached the node after the
+	// release did, if its goroutine had not even started when Unlock sent
+	// the release.
 	abandoned func() bool
 }
+
+// testHookNodeStart, if set, runs at the start of each node's goroutine in a
+// round. Tests use it to hold a node's op back.
+var testHookNodeStart atomic.Pointer[func(c *Client, node int)]
 
 // A ballot is one node's answer.
 type ballot struct {
@@ -106,15 +111,17 @@ func causeOrder(err error) int {
 //     has already ended, it sends nothing.
 //   - Nodes still in flight when it returns go on in the background until the
 //     deadline; their answers are dropped. This is what lets a frozen node
-//     delay no one.
+//     delay no one. A later command to such a node (an Unlock right after a
+//     Lock) queues behind the one in flight, in the node's pipe, so it cannot
+//     overtake it; and an op that had not reached the pipe yet runs r.undo
+//     itself once it returns, if r.abandoned then reports true, so that no
+//     orphan key is left either way.
 //   - After a lost round with r.undo set, each node that may hold state runs
 //     r.undo (step 4). A node still in flight runs it once its op returns, on
 //     the same goroutine, so the undo follows the op. The undo has a fresh
 //     node timeout that survives ctx's cancellation, and fanout waits for it,
 //     at most that long, before returning; the error then counts every
 //     node's answer, including those that came after the verdict.
-//   - After a won round, a node still in flight whose op returns once
-//     r.abandoned reports true runs r.undo too, in the background.
 //
 // A round therefore takes at most one node timeout, plus one more for the
 // undo of a lost acquisition.
@@ -126,45 +133,46 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 		return false, t // nothing sent, so nothing to undo
 	}
 
-	deadline := time.Now().Add(c.nodeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	// Detached from ctx's cancellation, so that in-flight commands are not
-	// torn down mid-reply when the caller stops waiting: their connections
-	// stay usable, and the undo can follow them.
-	opCtx, cancelOps := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	var running atomic.Int32
-	running.Store(int32(n))
-	opDone := func() { // the last op to return releases opCtx
-		if running.Add(-1) == 0 {
-			cancelOps()
-		}
-	}
-
-	ballots := make(chan ballot, n)
-	decided := make(chan struct{}) // closed once the verdict below is set
-	undone := make(chan struct{}, n)
-	var (
+	deadline := c.nodeDeadline(ctx)
+	// What the node goroutines share, in one allocation.
+	var shared struct {
+		running   atomic.Int32       // ops not yet returned
+		cancelOps context.CancelFunc // the last op to return ends opCtx
+		// The verdict, set before decided is closed.
 		lost         bool
 		undoCtx      context.Context
 		undoDeadline time.Time
-	)
+	}
+	// Detached from ctx's cancellation, so that in-flight commands are not
+	// torn down mid-reply when the caller stops waiting: their connections
+	// stay usable, and the undo can follow them. It ends at the deadline, or
+	// once every op has returned and sent its ballot.
+	opCtx, cancelOps := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	shared.cancelOps = cancelOps
+	shared.running.Store(int32(n))
+
+	ballots := make(chan ballot, n)
+	decided, undone := undoChans(r, n)
 	c.calls.Add(n)
 	for _, nd := range c.nodes {
 		go func() {
 			defer c.calls.Done()
+			if hook := testHookNodeStart.Load(); hook != nil {
+				(*hook)(c, nd.index)
+			}
 			yes, err := r.op(opCtx, nd, deadline)
-			opDone()
 			ballots <- ballot{node: nd.index, yes: yes, err: err}
+			if shared.running.Add(-1) == 0 {
+				shared.cancelOps() // after the ballot: see the count below
+			}
 			if r.undo == nil {
 				return
 			}
 			<-decided
 			if yes || err != nil {
 				switch {
-				case lost:
-					r.undo(undoCtx, nd, undoDeadline)
+				case shared.lost:
+					r.undo(shared.undoCtx, nd, shared.undoDeadline)
 				case r.abandoned != nil && r.abandoned():
 					c.undoLate(ctx, r, nd)
 				}
@@ -173,28 +181,36 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 		}()
 	}
 
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
 	answered := make([]bool, n)
-count:
+	count := func(b ballot) {
+		if !answered[b.node] { // a node counted as timed out may answer later
+			answered[b.node] = true
+			t.add(b)
+		}
+	}
+vote:
 	for !t.decided() {
 		select {
 		case b := <-ballots:
-			answered[b.node] = true
-			t.add(b)
-		case <-timer.C:
-			for i, ok := range answered {
-				if !ok {
-					answered[i] = true
-					t.add(ballot{node: i, err: &NodeError{Node: i, Err: ErrNodeTimeout}})
+			count(b)
+		case <-opCtx.Done():
+			// The deadline passed, or every node answered: the last op to
+			// return ends opCtx after sending its ballot. Count what was
+			// sent, then the silent nodes as timed out.
+			for len(ballots) > 0 && !t.decided() {
+				count(<-ballots)
+			}
+			for i := range answered {
+				if !t.decided() {
+					count(ballot{node: i, err: &NodeError{Node: i, Err: ErrNodeTimeout}})
 				}
 			}
 		case <-ctx.Done():
 			t.causes = append(t.causes, ctx.Err())
-			break count
+			break vote
 		}
 	}
-	won = t.yes >= t.quorum // false if ctx ended first: the loop stops short of a majority
+	won = t.yes >= t.quorum // false if ctx ended first: the vote stops short of a majority
 	if won && r.valid != nil && !r.valid() {
 		won, t.late = false, true
 	}
@@ -202,33 +218,50 @@ count:
 		return won, t
 	}
 
-	lost = !won
-	if lost {
-		undoDeadline = time.Now().Add(c.nodeTimeout)
+	shared.lost = !won
+	if shared.lost {
+		shared.undoDeadline = time.Now().Add(c.nodeTimeout)
 		var cancelUndo context.CancelFunc
-		undoCtx, cancelUndo = context.WithDeadline(context.WithoutCancel(ctx), undoDeadline)
+		shared.undoCtx, cancelUndo = context.WithDeadline(context.WithoutCancel(ctx), shared.undoDeadline)
 		defer cancelUndo()
 	}
 	close(decided)
-	if !lost {
+	if !shared.lost {
 		return won, t
 	}
-	timer.Reset(time.Until(undoDeadline))
 	for range n {
 		select {
 		case <-undone:
-		case <-timer.C:
+		case <-shared.undoCtx.Done(): // the undo deadline
 			return won, t
 		}
 	}
 	// Every node has answered by now; count the answers that came after the
 	// verdict, so that the error names every node that failed.
-	for range len(ballots) {
-		if b := <-ballots; !answered[b.node] {
-			t.add(b)
-		}
+	for len(ballots) > 0 {
+		count(<-ballots)
 	}
 	return won, t
+}
+
+// undoChans makes the channels by which a round with an undo tells its node
+// goroutines the verdict (decided is closed once it is set) and learns that
+// they are done (undone).
+func undoChans(r round, n int) (decided, undone chan struct{}) {
+	if r.undo == nil {
+		return nil, nil
+	}
+	return make(chan struct{}), make(chan struct{}, n)
+}
+
+// nodeDeadline is when each node's part of a round ends: now plus the node
+// timeout, or ctx's deadline if that is sooner.
+func (c *Client) nodeDeadline(ctx context.Context) time.Time {
+	deadline := time.Now().Add(c.nodeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		return d
+	}
+	return deadline
 }
 
 // undoLate runs r.undo on a node whose op finished after the caller had

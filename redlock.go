@@ -237,21 +237,25 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		return nil, fmt.Errorf("redlock: making a token: %w", err)
 	}
 
-	l := &Lock{client: c, key: key, token: token}
+	// The Lock holds the command arguments, so that they are made once, in
+	// the same allocation; it is dropped if the attempt fails.
+	l := &Lock{client: c, key: key, token: token, args: cmdArgs{key: key, token: token, ttl: ttl.Milliseconds()}}
+	args := &l.args
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
 	valid := func() bool { return c.clock.Now().Before(until) }
 	release := func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-		return n.release(ctx, deadline, key, token)
+		return n.release(ctx, deadline, args)
 	}
 
 	set := func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-		return n.setNX(ctx, deadline, key, token, ttl)
+		return n.setNX(ctx, deadline, args)
 	}
 	var highest maxCounter // fencing: the highest counter among nodes that accepted
 	if c.fencing {
+		args.fenceKey = fenceKey(key)
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			counter, ok, err := n.setNXFenced(ctx, deadline, key, token, ttl)
+			counter, ok, err := n.setNXFenced(ctx, deadline, args)
 			if ok {
 				highest.raise(counter)
 			}
@@ -270,7 +274,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		l.fence = highest.load() + 1
 		won, t = c.fanout(ctx, round{
 			op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-				return n.raiseFence(ctx, deadline, key, token, l.fence)
+				return n.raiseFence(ctx, deadline, args, l.fence)
 			},
 			undo:  release,
 			valid: valid,
@@ -314,7 +318,8 @@ type Lock struct {
 	client *Client
 	key    string
 	token  string
-	fence  uint64 // fencing token; 0 without WithFencing
+	fence  uint64  // fencing token; 0 without WithFencing
+	args   cmdArgs // key and token as command arguments (ttl: the first one's)
 
 	mu    sync.Mutex
 	until time.Time // zero once released
@@ -364,9 +369,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return ErrExpired
 	}
 	until := validUntil(start, ttl, c.driftFactor)
+	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds()}
 	won, t := c.fanout(ctx, round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.extend(ctx, deadline, l.key, l.token, ttl)
+			return n.extend(ctx, deadline, args)
 		},
 		valid: func() bool { return c.clock.Now().Before(until) },
 	})
@@ -408,7 +414,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.unlocking.Store(true)
 	won, t := c.fanout(ctx, round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.release(ctx, deadline, l.key, l.token)
+			return n.release(ctx, deadline, &l.args)
 		},
 	})
 	if won {

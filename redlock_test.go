@@ -361,9 +361,9 @@ func TestUnlockNeverDeletesAnotherToken(t *testing.T) {
 	assert.Equal(t, []string{"", otherToken, "", "", otherToken}, c.values("mine"))
 }
 
-// Unlock right after Lock, while a minority SET is still on its way: the SET
-// lands after the release, and must be released in turn, not left as an
-// orphan that blocks the node for a whole ttl.
+// Unlock right after Lock, while a minority SET is still on its way: the
+// release must not overtake the SET on that node, or the SET would land
+// after it and leave an orphan key that blocks the node for a whole ttl.
 func TestUnlockBeforeSlowSetLands(t *testing.T) {
 	c := newCluster(t, 3)
 	client := c.client(t)
@@ -377,12 +377,29 @@ func TestUnlockBeforeSlowSetLands(t *testing.T) {
 	}
 	l, err := client.TryLock(ctx, "slow", time.Minute)
 	require.NoError(t, err)
-	require.NoError(t, l.Unlock(ctx))
-	require.Eventually(t, func() bool { return calls.Load() == 2 }, 5*time.Second, time.Millisecond,
-		"the release reached node 2")
-	close(gate) // now the SET lands, after the release
+	require.NoError(t, l.Unlock(ctx)) // returns on nodes 0 and 1
+	close(gate)                       // node 2's SET goes on, then its release
 	c.settle(t)
 	assert.Equal(t, []string{"", "", ""}, c.values("slow"))
+}
+
+// Unlock right after Lock, before the goroutine that sends a minority SET
+// has even run: the release reaches that node first, so the SET's goroutine
+// must release the node again once its SET returns.
+func TestUnlockBeforeSetIsSent(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t)
+	ctx := context.Background()
+	held := make(chan struct{})
+	undo := redlock.HoldNodeStart(client, 2, held)
+	l, err := client.TryLock(ctx, "unsent", time.Minute)
+	require.NoError(t, err)
+	undo() // Unlock's goroutine for node 2 runs at once
+	require.NoError(t, l.Unlock(ctx))
+	require.Eventually(t, func() bool { return c.count("unsent", l.Value()) == 0 }, 5*time.Second, time.Millisecond)
+	close(held) // now node 2's SET goes out, after the release
+	c.settle(t)
+	assert.Equal(t, []string{"", "", ""}, c.values("unsent"))
 }
 
 // Extend and Unlock stop waiting as soon as ctx is cancelled, even while

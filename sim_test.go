@@ -276,7 +276,9 @@ func (p simPool) GetContext(context.Context) (redis.Conn, error) { return simCon
 type simConn simPool
 
 func (c simConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	return c.w.roundTrip(c.node, d, cmd, args)
+	// A real connection has written args by the time it returns; the message
+	// in transit here outlives the call, and the caller reuses args.
+	return c.w.roundTrip(c.node, d, cmd, slices.Clone(args))
 }
 func (c simConn) Do(cmd string, args ...any) (any, error) {
 	return c.DoWithTimeout(time.Hour, cmd, args...)

@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+var nodeCounts = []int{1, 3, 5, 7}
+
+// BenchmarkUncontended: one caller, Lock then Unlock on a fresh key per
+// iteration. ns/op is the latency a user sees for an uncontended critical
+// section with no work in it.
+func BenchmarkUncontended(b *testing.B) {
+	pools := newPools(b, startNodes(b, maxNodes))
+	for _, n := range nodeCounts {
+		for _, im := range impls {
+			b.Run(fmt.Sprintf("N=%d/impl=%s", n, im.name), func(b *testing.B) {
+				benchSerial(b, im.new(pools[:n]))
+			})
+		}
+	}
+}
+
+// BenchmarkParallel: b.RunParallel over distinct keys, with
+// b.SetParallelism(p): p×GOMAXPROCS goroutines. ops/s is the throughput of
+// one client process.
+func BenchmarkParallel(b *testing.B) {
+	pools := newPools(b, startNodes(b, maxNodes))
+	for _, n := range nodeCounts {
+		for _, p := range []int{1, 8, 64} {
+			for _, im := range impls {
+				b.Run(fmt.Sprintf("N=%d/p=%d/impl=%s", n, p, im.name), func(b *testing.B) {
+					benchParallel(b, im.new(pools[:n]), p)
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkContention: k goroutines take turns on one key, each retrying
+// until it holds the lock. handoffs/s is how often the lock changes hands.
+func BenchmarkContention(b *testing.B) {
+	pools := newPools(b, startNodes(b, maxNodes))
+	for _, n := range []int{3, 5} {
+		for _, k := range []int{2, 8} {
+			for _, im := range impls[1:] { // the floor has no retry logic
+				b.Run(fmt.Sprintf("N=%d/k=%d/impl=%s", n, k, im.name), func(b *testing.B) {
+					benchContention(b, im.new(pools[:n]), k)
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkSlowNode: N=5 with node 0 behind a toxiproxy that delays its
+// replies by 10ms, against the same five nodes without the delay.
+func BenchmarkSlowNode(b *testing.B) {
+	addrs := startNodes(b, 5)
+	fast := newPools(b, addrs)
+	slowAddrs := append([]string{startSlowProxy(b, addrs[0], 10*time.Millisecond)}, addrs[1:]...)
+	checkSlow(b, slowAddrs[0], 10*time.Millisecond)
+	slow := newPools(b, slowAddrs)
+	for _, im := range impls {
+		for _, f := range []struct {
+			name  string
+			pools []*redis.Pool
+		}{{"none", fast}, {"slow10ms", slow}} {
+			b.Run(fmt.Sprintf("N=5/fault=%s/impl=%s", f.name, im.name), func(b *testing.B) {
+				benchSerial(b, im.new(f.pools))
+			})
+		}
+	}
+}
+
+// BenchmarkFrozenNode: N=5 with node 0 a listener that accepts connections
+// and never answers. The pools keep redlock.NewPool's one-second read
+// timeout, which is all that bounds a library without its own per-node
+// deadline.
+func BenchmarkFrozenNode(b *testing.B) {
+	addrs := startNodes(b, 5)
+	frozen := startFrozen(b)
+	pools := newPools(b, append([]string{frozen.Addr()}, addrs[1:]...))
+	for _, im := range impls[1:] { // the floor waits for every node
+		b.Run(fmt.Sprintf("N=5/fault=frozen/impl=%s", im.name), func(b *testing.B) {
+			benchSerial(b, im.new(pools))
+		})
+	}
+}
+
+func benchSerial(b *testing.B, l locker) {
+	ctx := context.Background()
+	ks := keys(keyPrefix(b.Name()), b.N)
+	rec := newRecorder(b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		rec.observe(start, l.lockUnlock(ctx, ks[i]))
+	}
+	rec.report(b)
+}
+
+func benchParallel(b *testing.B, l locker, p int) {
+	ctx := context.Background()
+	ks := keys(keyPrefix(b.Name()), b.N)
+	rec := newRecorder(b.N)
+	b.ReportAllocs()
+	var next atomic.Int64
+	b.SetParallelism(p)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := ks[next.Add(1)-1]
+			t := time.Now()
+			rec.observe(t, l.lockUnlock(ctx, key))
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	rec.report(b)
+}
+
+func benchContention(b *testing.B, l locker, k int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := keyPrefix(b.Name()) + "shared"
+	rec := newRecorder(b.N)
+	var (
+		wg   sync.WaitGroup
+		left = int64(b.N)
+		mu   sync.Mutex
+	)
+	take := func() bool { // claims one of the b.N handoffs
+		mu.Lock()
+		defer mu.Unlock()
+		left--
+		return left >= 0
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for take() {
+				t := time.Now()
+				rec.observe(t, l.handoff(ctx, key))
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
+	rec.report(b)
+}

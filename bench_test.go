@@ -1,0 +1,304 @@
+package redlock_test
+
+// Benchmarks of this library against the floor: the same Redis commands sent
+// in parallel on the same pools, with no library logic. They need
+// redis-server on PATH and skip, saying so, without it. The comparison with
+// redsync, the slow node and the method are in bench/ and
+// docs/benchmarks.md; `make bench` runs both.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/redistest"
+)
+
+const benchTTL = 10 * time.Second
+
+// benchNodes starts n redis-server processes and returns one NewPool each.
+func benchNodes(b *testing.B, n int) []*redis.Pool {
+	b.Helper()
+	if ok, why := redistest.Available(); !ok {
+		b.Skip("no Redis nodes to benchmark against: " + why)
+	}
+	pools := make([]*redis.Pool, n)
+	for i, s := range redistest.StartN(b, n) {
+		pools[i] = redlock.NewPool(s.Addr)
+	}
+	b.Cleanup(func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	})
+	return pools
+}
+
+func benchClient(b *testing.B, pools []*redis.Pool, opts ...redlock.Option) *redlock.Client {
+	ps := make([]redlock.Pool, len(pools))
+	for i, p := range pools {
+		ps[i] = p
+	}
+	c, err := redlock.New(ps, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// A benchOp is one Lock+Unlock (or its floor) on key.
+type benchOp func(ctx context.Context, key string) error
+
+func benchRedlock(c *redlock.Client) benchOp {
+	return func(ctx context.Context, key string) error {
+		l, err := c.TryLock(ctx, key, benchTTL)
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
+	}
+}
+
+const benchFloorScript = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`
+
+// benchFloor sends SET NX PX to every node in parallel and waits for all,
+// then the compare-and-delete script likewise.
+func benchFloor(b *testing.B, pools []*redis.Pool) benchOp {
+	hash := ""
+	for _, p := range pools {
+		c := p.Get()
+		h, err := redis.String(c.Do("SCRIPT", "LOAD", benchFloorScript))
+		c.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		hash = h
+	}
+	const token = "0123456789abcdefghijkl" // a token's length, at no cost
+	all := func(do func(redis.Conn) error) error {
+		var wg sync.WaitGroup
+		errs := make([]error, len(pools))
+		for i, p := range pools {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := p.Get()
+				errs[i] = do(c)
+				c.Close()
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	return func(ctx context.Context, key string) error {
+		if err := all(func(c redis.Conn) error {
+			_, err := c.Do("SET", key, token, "NX", "PX", benchTTL.Milliseconds())
+			return err
+		}); err != nil {
+			return err
+		}
+		return all(func(c redis.Conn) error {
+			_, err := c.Do("EVALSHA", hash, 1, key, token)
+			return err
+		})
+	}
+}
+
+// benchRecorder keeps latencies in a slice sized before the timer starts.
+type benchRecorder struct {
+	lat  []time.Duration
+	next atomic.Int64
+	errs atomic.Int64
+}
+
+func (r *benchRecorder) observe(start time.Time, err error) {
+	if i := int(r.next.Add(1) - 1); i < len(r.lat) {
+		r.lat[i] = time.Since(start)
+	}
+	if err != nil {
+		r.errs.Add(1)
+	}
+}
+
+func (r *benchRecorder) report(b *testing.B) {
+	b.StopTimer()
+	lat := r.lat[:min(int(r.next.Load()), len(r.lat))]
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(lat[len(lat)/2]), "p50-µs")
+	b.ReportMetric(us(lat[len(lat)*99/100]), "p99-µs")
+	b.ReportMetric(us(lat[len(lat)-1]), "max-µs")
+	b.ReportMetric(float64(r.errs.Load())/float64(len(lat)), "fails/op")
+}
+
+var benchRun atomic.Int64
+
+func benchKeys(b *testing.B) []string {
+	prefix := "bench:" + b.Name() + ":" + strconv.FormatInt(benchRun.Add(1), 10) + ":"
+	ks := make([]string, b.N)
+	for i := range ks {
+		ks[i] = prefix + strconv.Itoa(i)
+	}
+	return ks
+}
+
+// benchParallel runs op over distinct keys with b.SetParallelism(p), that
+// is p×GOMAXPROCS goroutines, and reports ops/s besides the latencies.
+func benchParallel(b *testing.B, op benchOp, p int) {
+	ctx := context.Background()
+	ks := benchKeys(b)
+	rec := &benchRecorder{lat: make([]time.Duration, b.N)}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(p)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := ks[next.Add(1)-1]
+			t := time.Now()
+			rec.observe(t, op(ctx, key))
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	rec.report(b)
+}
+
+func benchSerial(b *testing.B, op benchOp) {
+	ctx := context.Background()
+	ks := benchKeys(b)
+	rec := &benchRecorder{lat: make([]time.Duration, b.N)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		rec.observe(t, op(ctx, ks[i]))
+	}
+	rec.report(b)
+}
+
+// BenchmarkLockUnlock: one caller, Lock+Unlock on a fresh key, against the
+// floor on the same nodes.
+func BenchmarkLockUnlock(b *testing.B) {
+	pools := benchNodes(b, 7)
+	for _, n := range []int{1, 3, 5, 7} {
+		b.Run(fmt.Sprintf("N=%d/impl=floor", n), func(b *testing.B) {
+			benchSerial(b, benchFloor(b, pools[:n]))
+		})
+		b.Run(fmt.Sprintf("N=%d/impl=redlock", n), func(b *testing.B) {
+			benchSerial(b, benchRedlock(benchClient(b, pools[:n])))
+		})
+	}
+}
+
+// BenchmarkParallel: b.RunParallel over distinct keys at parallelism 1, 8
+// and 64.
+func BenchmarkParallel(b *testing.B) {
+	pools := benchNodes(b, 7)
+	for _, n := range []int{1, 3, 5, 7} {
+		for _, p := range []int{1, 8, 64} {
+			b.Run(fmt.Sprintf("N=%d/p=%d/impl=floor", n, p), func(b *testing.B) {
+				benchParallel(b, benchFloor(b, pools[:n]), p)
+			})
+			b.Run(fmt.Sprintf("N=%d/p=%d/impl=redlock", n, p), func(b *testing.B) {
+				benchParallel(b, benchRedlock(benchClient(b, pools[:n])), p)
+			})
+		}
+	}
+}
+
+// BenchmarkContention: k goroutines take turns on one key; each Lock retries
+// (1-3ms apart) until it holds the lock. handoffs/s is how often the lock
+// changes hands.
+func BenchmarkContention(b *testing.B) {
+	pools := benchNodes(b, 5)
+	for _, n := range []int{1, 3, 5} {
+		for _, k := range []int{2, 8} {
+			b.Run(fmt.Sprintf("N=%d/k=%d", n, k), func(b *testing.B) {
+				c := benchClient(b, pools[:n], redlock.WithTries(10000), redlock.WithRetryDelay(time.Millisecond, 3*time.Millisecond))
+				ctx := context.Background()
+				key := benchKeys(b)[0] + ":shared"
+				rec := &benchRecorder{lat: make([]time.Duration, b.N)}
+				var left atomic.Int64
+				left.Store(int64(b.N))
+				var wg sync.WaitGroup
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				for range k {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for left.Add(-1) >= 0 {
+							t := time.Now()
+							l, err := c.Lock(ctx, key, benchTTL)
+							if err == nil {
+								err = l.Unlock(ctx)
+							}
+							rec.observe(t, err)
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
+				rec.report(b)
+			})
+		}
+	}
+}
+
+// BenchmarkFrozenNode: N=5, one node accepts connections and never answers.
+// Every Lock+Unlock must return within the node timeout (50ms); max-µs
+// shows it.
+func BenchmarkFrozenNode(b *testing.B) {
+	pools := benchNodes(b, 4)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	b.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	frozen := redlock.NewPool(l.Addr().String())
+	b.Cleanup(func() { frozen.Close() })
+	all := append([]*redis.Pool{frozen}, pools...)
+	b.Run("N=5/impl=redlock", func(b *testing.B) {
+		benchSerial(b, benchRedlock(benchClient(b, all)))
+	})
+	b.Run("N=5/p=8/impl=redlock", func(b *testing.B) {
+		benchParallel(b, benchRedlock(benchClient(b, all)), 8)
+	})
+}
