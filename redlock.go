@@ -250,8 +250,10 @@ type Lock struct {
 	key    string
 	token  string
 
-	mu    sync.Mutex
-	until time.Time // zero once released
+	mu     sync.Mutex
+	until  time.Time     // zero once released
+	done   chan struct{} // made by Done; closed when until passes or on release
+	expiry *time.Timer   // closes done when until passes
 }
 
 // Key returns the locked key.
@@ -267,6 +269,68 @@ func (l *Lock) Until() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.until
+}
+
+// Done returns a channel that is closed when the lock's validity ends, that is
+// when Until passes on the client's clock, or when Unlock releases the lock.
+// Successful Extends push the closing back; a failed Extend may bring it
+// forward. Once closed it stays closed, even if an Extend that was in flight
+// at that moment succeeds: the holder must treat the lock as lost.
+//
+// Done reflects Until: it is closed no earlier than Until passes (the wait is
+// measured on the Clock and slept in real time) and at most a timer's latency
+// after. Closing the channel is all it does; it makes no network call. The
+// timer behind it is stopped once the channel is closed.
+func (l *Lock) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = make(chan struct{})
+		l.watchLocked()
+	}
+	return l.done
+}
+
+// setUntilLocked moves the end of validity and re-arms Done's timer.
+// l.mu must be held.
+func (l *Lock) setUntilLocked(until time.Time) {
+	l.until = until
+	l.watchLocked()
+}
+
+// watchLocked closes done if validity has ended, and otherwise arms the timer
+// for the time left. It does nothing before Done is first called, or after
+// done was closed. l.mu must be held.
+func (l *Lock) watchLocked() {
+	if l.done == nil {
+		return
+	}
+	select {
+	case <-l.done:
+		return
+	default:
+	}
+	left := l.until.Sub(l.client.clock.Now())
+	if l.until.IsZero() || left <= 0 {
+		close(l.done)
+		if l.expiry != nil {
+			l.expiry.Stop()
+		}
+		return
+	}
+	if l.expiry == nil {
+		l.expiry = time.AfterFunc(left, l.expire)
+		return
+	}
+	l.expiry.Reset(left)
+}
+
+// expire runs when Done's timer fires. An Extend may have moved until since
+// the timer was armed, so it checks again rather than closing outright.
+func (l *Lock) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watchLocked()
 }
 
 // Extend resets the lock's ttl on every node that still holds its token
@@ -302,13 +366,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	case l.until.IsZero(): // released while extending
 		return ErrExpired
 	case won:
-		l.until = until
+		l.setUntilLocked(until)
 		return nil
 	default:
 		// A lost extension may still have shortened the key on any node it
 		// reached, including those whose reply was lost.
 		if until.Before(l.until) {
-			l.until = until
+			l.setUntilLocked(until)
 		}
 		return t.err(ErrNotObtained)
 	}
@@ -337,7 +401,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	})
 	if won {
 		l.mu.Lock()
-		l.until = time.Time{}
+		l.setUntilLocked(time.Time{})
 		l.mu.Unlock()
 	}
 	switch {
