@@ -235,7 +235,7 @@ func playScript(ctx context.Context, cfg demoConfig, cl *cluster, g *guard, p *p
 		holder, left := g.holder()
 		msg := fmt.Sprintf("kill n%d: %d of %d up, quorum %d: QUORUM LOST, no lock can be granted or extended", i+1, up, cfg.nodes, q)
 		if holder != "" {
-			msg += fmt.Sprintf("; %s's lock runs out in %v", holder, left.Round(time.Millisecond))
+			msg += fmt.Sprintf("; %s may finish on its lock, valid %v more", holder, left.Round(time.Millisecond))
 		}
 		p.event("%s", msg)
 	}
@@ -246,7 +246,7 @@ func playScript(ctx context.Context, cfg demoConfig, cl *cluster, g *guard, p *p
 		p.event("restore failed: %v", err)
 		return
 	}
-	p.event("restore n1-n%d, empty, after more than a ttl down: %d of %d up, locks granted again", len(s.kills), cl.up(), cfg.nodes)
+	p.event("restore n1-n%d, empty, after more than two ttls down: %d of %d up, locks granted again", len(s.kills), cl.up(), cfg.nodes)
 }
 
 // A worker takes the lock through Do and increments the counter a few times
