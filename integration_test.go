@@ -322,7 +322,7 @@ func TestRealTLS(t *testing.T) {
 	for range 3 {
 		addrs = append(addrs, redistest.StartTLS(t, f).Addr)
 	}
-	c, err := redlock.New(realPools(t, addrs, f.DialTLS()...))
+	c, err := redlock.New(realPools(t, addrs, f.DialTLS()...), realNodeTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestRealACL(t *testing.T) {
 
 	t.Run("enough", func(t *testing.T) {
 		addrs := start(t, needed)
-		c, err := redlock.New(realPools(t, addrs, auth...), redlock.WithTries(1))
+		c, err := redlock.New(realPools(t, addrs, auth...), realNodeTimeout, redlock.WithTries(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -397,7 +397,7 @@ func TestRealACL(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The default user is off: without the ACL user nothing works.
-		anon, err := redlock.New(realPools(t, addrs), redlock.WithTries(1))
+		anon, err := redlock.New(realPools(t, addrs), realNodeTimeout, redlock.WithTries(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +414,7 @@ func TestRealACL(t *testing.T) {
 					cmds = append(cmds, c)
 				}
 			}
-			c, err := redlock.New(realPools(t, start(t, cmds), auth...), redlock.WithTries(1))
+			c, err := redlock.New(realPools(t, start(t, cmds), auth...), realNodeTimeout, redlock.WithTries(1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -477,7 +477,7 @@ func TestRealWrongPassword(t *testing.T) {
 				}
 				addrs = append(addrs, s.Addr)
 			}
-			c, err := redlock.New(realPools(t, addrs, dial("wrong")...), redlock.WithTries(1))
+			c, err := redlock.New(realPools(t, addrs, dial("wrong")...), realNodeTimeout, redlock.WithTries(1))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,9 +23,15 @@ func realPools(t testing.TB, addrs []string, dialOpts ...redis.DialOption) []red
 }
 
 // realClient returns a client for the nodes at addrs.
+// realNodeTimeout is the node timeout of integration clients unless a test
+// sets its own: generous, because make test runs packages in parallel on a
+// small machine and a fresh dial can outlast the 50ms default. Tests of the
+// timeout itself set it explicitly.
+var realNodeTimeout = redlock.WithNodeTimeout(time.Second)
+
 func realClient(t testing.TB, addrs []string, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	c, err := redlock.New(realPools(t, addrs), opts...)
+	c, err := redlock.New(realPools(t, addrs), append([]redlock.Option{realNodeTimeout}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -321,8 +321,10 @@ type Lock struct {
 	fence  uint64  // fencing token; 0 without WithFencing
 	args   cmdArgs // key and token as command arguments (ttl: the first one's)
 
-	mu    sync.Mutex
-	until time.Time // zero once released
+	mu     sync.Mutex
+	until  time.Time     // zero once released
+	done   chan struct{} // made by Done; closed when until passes or on release
+	expiry *time.Timer   // closes done when until passes
 
 	unlocking atomic.Bool // set when Unlock starts; see round.abandoned
 }
@@ -349,12 +351,75 @@ func (l *Lock) Until() time.Time {
 	return l.until
 }
 
+// Done returns a channel that is closed when the lock's validity ends, that is
+// when Until passes on the client's clock, or when Unlock releases the lock.
+// Successful Extends push the closing back; a failed Extend may bring it
+// forward. Once closed it stays closed, even if an Extend that was in flight
+// at that moment succeeds: the holder must treat the lock as lost.
+//
+// Done reflects Until: it is closed no earlier than Until passes (the wait is
+// measured on the Clock and slept in real time) and at most a timer's latency
+// after. Closing the channel is all it does; it makes no network call. The
+// timer behind it is stopped once the channel is closed.
+func (l *Lock) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = make(chan struct{})
+		l.watchLocked()
+	}
+	return l.done
+}
+
+// setUntilLocked moves the end of validity and re-arms Done's timer.
+// l.mu must be held.
+func (l *Lock) setUntilLocked(until time.Time) {
+	l.until = until
+	l.watchLocked()
+}
+
+// watchLocked closes done if validity has ended, and otherwise arms the timer
+// for the time left. It does nothing before Done is first called, or after
+// done was closed. l.mu must be held.
+func (l *Lock) watchLocked() {
+	if l.done == nil {
+		return
+	}
+	select {
+	case <-l.done:
+		return
+	default:
+	}
+	left := l.until.Sub(l.client.clock.Now())
+	if l.until.IsZero() || left <= 0 {
+		close(l.done)
+		if l.expiry != nil {
+			l.expiry.Stop()
+		}
+		return
+	}
+	if l.expiry == nil {
+		l.expiry = time.AfterFunc(left, l.expire)
+		return
+	}
+	l.expiry.Reset(left)
+}
+
+// expire runs when Done's timer fires. An Extend may have moved until since
+// the timer was armed, so it checks again rather than closing outright.
+func (l *Lock) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watchLocked()
+}
+
 // Extend resets the lock's ttl on every node that still holds its token
 // (step 5). It succeeds when a majority did so within the new validity
 // window, which then runs to start+ttl−drift, start being when Extend began.
 //
 // If the lock's validity has already passed, or it was released, Extend
-// returns ErrExpired and sends nothing. If no majority extends in time, it
+// returns ErrExpired and sends nothing. If it passes while Extend waits for
+// the nodes, Extend returns ErrExpired too, and Until stays in the past. If no majority extends in time, it
 // returns an error wrapping ErrNotObtained; the lock stays valid until the
 // earlier of its old and its new deadline, because nodes that did extend now
 // hold the new ttl. Extend takes at most one node timeout.
@@ -365,7 +430,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	start := c.clock.Now()
-	if !start.Before(l.Until()) {
+	old := l.Until()
+	if !start.Before(old) {
 		return ErrExpired
 	}
 	until := validUntil(start, ttl, c.driftFactor)
@@ -374,7 +440,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.extend(ctx, deadline, args)
 		},
-		valid: func() bool { return c.clock.Now().Before(until) },
+		// A majority counts only while the old window is still open, too:
+		// once it has closed, the lock was unproven for a while, and
+		// Until must not move forward again.
+		valid: func() bool { now := c.clock.Now(); return now.Before(until) && now.Before(old) },
 	})
 
 	l.mu.Lock()
@@ -383,13 +452,16 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	case l.until.IsZero(): // released while extending
 		return ErrExpired
 	case won:
-		l.until = until
+		l.setUntilLocked(until)
 		return nil
 	default:
 		// A lost extension may still have shortened the key on any node it
 		// reached, including those whose reply was lost.
 		if until.Before(l.until) {
-			l.until = until
+			l.setUntilLocked(until)
+		}
+		if t.late && !c.clock.Now().Before(old) {
+			return aggregate(ErrExpired, t.causes)
 		}
 		return t.err(ErrNotObtained)
 	}
@@ -419,7 +491,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	})
 	if won {
 		l.mu.Lock()
-		l.until = time.Time{}
+		l.setUntilLocked(time.Time{})
 		l.mu.Unlock()
 	}
 	switch {

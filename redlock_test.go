@@ -308,6 +308,29 @@ func TestExtend(t *testing.T) {
 	assert.Equal(t, before, c.gets(), "Extend after expiry made a network call")
 }
 
+// An Extend whose majority answers only after the old window closed returns
+// ErrExpired and does not move Until forward: the lock was unproven for a
+// while, whatever the nodes say now.
+func TestExtendThatOutlivesTheWindow(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := newFakeClock()
+	client := c.client(t, redlock.WithClock(clock))
+	ctx := context.Background()
+	l, err := client.TryLock(ctx, "outlive", time.Second)
+	require.NoError(t, err)
+	old := l.Until()
+	for _, p := range c.pools {
+		p.before = func() { clock.Advance(400 * time.Millisecond) } // three calls: past the window
+	}
+	require.ErrorIs(t, l.Extend(ctx, 10*time.Second), redlock.ErrExpired)
+	assert.Equal(t, old, l.Until())
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done not closed after validity ran out")
+	}
+}
+
 // After expiry, the keys are gone and another client holds the lock: Extend
 // and Unlock report ErrExpired and leave the new owner's keys alone.
 func TestAfterExpiryNewOwnerIsUntouched(t *testing.T) {

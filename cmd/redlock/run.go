@@ -1,0 +1,469 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/redlock"
+)
+
+// Exit codes of redlock run, besides CMD's own, which passes through.
+// 64 to 78 follow BSD's sysexits.h; 80 is redlock's own.
+const (
+	exitUsage       = 64  // bad flags, arguments, environment or TLS files (EX_USAGE)
+	exitUnavailable = 69  // fewer than a majority of nodes answered PING (EX_UNAVAILABLE)
+	exitNotAcquired = 75  // the lock is held elsewhere, or --wait ran out (EX_TEMPFAIL)
+	exitLockLost    = 80  // the lock was lost while CMD ran; CMD was stopped
+	exitCannotExec  = 126 // CMD was found but could not be started, as in sh
+	exitNotFound    = 127 // CMD was not found, as in sh
+)
+
+// Environment variables read by redlock run.
+const (
+	envNodes    = "REDLOCK_NODES"    // default for --nodes
+	envPassword = "REDLOCK_PASSWORD" // the only way to give a password
+)
+
+// preflightTimeout bounds the PING of every node before the first attempt.
+const preflightTimeout = 3 * time.Second
+
+const runUsage = `usage: redlock run [flags] -- CMD [ARGS...]
+
+Runs CMD while holding the lock on --key across the Redis masters in --nodes,
+extending it every ttl/3. If the lock is lost, CMD's process group gets
+SIGTERM, then SIGKILL after --grace, and redlock exits 80.
+
+Exit codes: CMD's own (128+N if a signal N ended it); 64 bad usage; 69 fewer
+than a majority of nodes reachable; 75 lock held elsewhere or --wait ran out;
+80 lock lost while CMD ran; 126/127 CMD could not be started / not found.
+
+Environment: REDLOCK_NODES (default for --nodes), REDLOCK_PASSWORD (the
+password for --user, or for the default user; there is no password flag).
+
+Flags:
+`
+
+type runConfig struct {
+	nodes       []string
+	key         string
+	ttl         time.Duration
+	wait        time.Duration
+	grace       time.Duration
+	nodeTimeout time.Duration
+	dialOpts    []redis.DialOption
+	argv        []string
+}
+
+// runMain parses run's flags, then holds the lock while CMD runs.
+func runMain(args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := parseRun(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock run: %v\n", err)
+		return exitUsage
+	}
+	return runLocked(cfg, stderr)
+}
+
+func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*runConfig, error) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, runUsage)
+		fs.PrintDefaults()
+	}
+	nodes := fs.String("nodes", "", "comma-separated `host:port` list of independent Redis masters (default $REDLOCK_NODES)")
+	key := fs.String("key", "", "the lock's `key` (required)")
+	ttl := fs.Duration("ttl", 30*time.Second, "lock ttl; extended every ttl/3 while CMD runs")
+	wait := fs.Duration("wait", 0, "wait up to this long for the lock (0: fail at once if it is held)")
+	grace := fs.Duration("grace", 10*time.Second, "after a lost lock, time between SIGTERM and SIGKILL")
+	nodeTimeout := fs.Duration("node-timeout", 200*time.Millisecond, "per-node bound on each lock operation")
+	useTLS := fs.Bool("tls", false, "connect with TLS (implied by the other --tls-* flags)")
+	tlsCA := fs.String("tls-ca", "", "PEM `file` of CAs to verify the servers (default: system roots)")
+	tlsCert := fs.String("tls-cert", "", "PEM `file` of the client certificate, with --tls-key")
+	tlsKey := fs.String("tls-key", "", "PEM `file` of the client key, with --tls-cert")
+	tlsServerName := fs.String("tls-server-name", "", "server `name` to verify (default: each node's host)")
+	user := fs.String("user", "", "ACL `user`; the password comes from $REDLOCK_PASSWORD")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, errors.New("bad flags (see redlock run -h)")
+	}
+
+	cfg := &runConfig{key: *key, ttl: *ttl, wait: *wait, grace: *grace, nodeTimeout: *nodeTimeout, argv: fs.Args()}
+	list := *nodes
+	if list == "" {
+		list = getenv(envNodes)
+	}
+	var err error
+	if cfg.nodes, err = parseNodes(list); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.key == "":
+		return nil, errors.New("--key is required")
+	case cfg.ttl <= 0:
+		return nil, fmt.Errorf("--ttl %v must be positive", cfg.ttl)
+	case cfg.wait < 0:
+		return nil, fmt.Errorf("--wait %v must not be negative", cfg.wait)
+	case cfg.grace < 0:
+		return nil, fmt.Errorf("--grace %v must not be negative", cfg.grace)
+	case cfg.nodeTimeout <= 0 || cfg.nodeTimeout >= cfg.ttl/3:
+		return nil, fmt.Errorf("--node-timeout %v must be positive and under ttl/3 (%v)", cfg.nodeTimeout, cfg.ttl/3)
+	case len(cfg.argv) == 0:
+		return nil, errors.New("no command given: redlock run [flags] -- CMD [ARGS...]")
+	}
+
+	if *tlsCA != "" || *tlsCert != "" || *tlsKey != "" || *tlsServerName != "" {
+		*useTLS = true
+	}
+	if *useTLS {
+		tc, err := tlsConfig(*tlsCA, *tlsCert, *tlsKey, *tlsServerName)
+		if err != nil {
+			return nil, err
+		}
+		cfg.dialOpts = append(cfg.dialOpts, redis.DialUseTLS(true), redis.DialTLSConfig(tc))
+	}
+	if *user != "" {
+		cfg.dialOpts = append(cfg.dialOpts, redis.DialUsername(*user))
+	}
+	if pw := getenv(envPassword); pw != "" {
+		cfg.dialOpts = append(cfg.dialOpts, redis.DialPassword(pw))
+	}
+	return cfg, nil
+}
+
+// parseNodes splits a comma-separated node list and checks each address.
+// A node listed twice would count twice toward the majority, so it is an
+// error.
+func parseNodes(list string) ([]string, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, fmt.Errorf("no nodes: give --nodes host:port,... or set %s", envNodes)
+	}
+	var nodes []string
+	seen := map[string]bool{}
+	for _, addr := range strings.Split(list, ",") {
+		addr = strings.TrimSpace(addr)
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" || port == "" {
+			return nil, fmt.Errorf("node %q: want host:port", addr)
+		}
+		if seen[addr] {
+			return nil, fmt.Errorf("node %s is listed twice; each must be an independent master", addr)
+		}
+		seen[addr] = true
+		nodes = append(nodes, addr)
+	}
+	return nodes, nil
+}
+
+func tlsConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates found", caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// runLocked checks the nodes, acquires the lock and runs CMD under it.
+func runLocked(cfg *runConfig, stderr io.Writer) int {
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "redlock run: "+format+"\n", args...) }
+
+	pools := make([]redlock.Pool, len(cfg.nodes))
+	for i, addr := range cfg.nodes {
+		p := redlock.NewPool(addr, cfg.dialOpts...)
+		defer p.Close()
+		pools[i] = p
+	}
+	if up := preflight(pools, cfg.nodes, logf); up < len(pools)/2+1 {
+		logf("only %d of %d nodes reachable, %d needed for a majority", up, len(pools), len(pools)/2+1)
+		return exitUnavailable
+	}
+
+	tries := 1
+	if cfg.wait > 0 {
+		tries = math.MaxInt32 // until --wait ends the attempt through ctx
+	}
+	client, err := redlock.New(pools, redlock.WithTries(tries), redlock.WithNodeTimeout(cfg.nodeTimeout))
+	if err != nil {
+		logf("%v", err)
+		return exitUsage
+	}
+
+	g := newGate()
+	defer g.stop()
+	if cfg.wait > 0 {
+		timer := time.AfterFunc(cfg.wait, func() { g.abort(errWaitedOut) })
+		defer timer.Stop()
+	}
+
+	var child *childResult
+	err = client.Do(g.ctx, cfg.key, cfg.ttl, func(ctx context.Context) error {
+		if !g.begin() {
+			return nil // aborted between acquiring and starting: nothing ran
+		}
+		child = runChild(ctx, cfg, g, logf)
+		return nil
+	})
+	switch {
+	case child == nil && g.aborted() == errWaitedOut:
+		logf("lock %q still held elsewhere after waiting %v", cfg.key, cfg.wait)
+		return exitNotAcquired
+	case child == nil && g.signal() != nil:
+		return 128 + int(g.signal().(syscall.Signal))
+	case child == nil:
+		logf("lock %q not acquired: %s", cfg.key, plain(err))
+		return exitNotAcquired
+	case child.startErr != nil:
+		logf("%v", child.startErr)
+		if errors.Is(child.startErr, exec.ErrNotFound) || errors.Is(child.startErr, os.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotExec
+	case errors.Is(err, redlock.ErrLockLost):
+		if child.stoppedBy != "" {
+			logf("stopped %s with %s (%s); exiting %d", cfg.argv[0], child.stoppedBy, child.state, exitLockLost)
+		} else {
+			logf("key %q: %s; %s ended (%s), but the lock did not cover it to the end; exiting %d",
+				cfg.key, plain(err), cfg.argv[0], child.state, exitLockLost)
+		}
+		return exitLockLost
+	}
+	return child.code
+}
+
+// childResult is how CMD ended.
+type childResult struct {
+	startErr  error
+	code      int    // CMD's exit code, 128+N for signal N
+	state     string // as the os package prints it, for messages
+	stoppedBy string // "SIGTERM" or "SIGKILL" if redlock stopped CMD
+}
+
+// runChild starts CMD in its own process group, so that a stop reaches every
+// process it started, forwards redlock's signals to it, and stops it if ctx
+// ends: that is, if the lock is lost.
+func runChild(ctx context.Context, cfg *runConfig, g *gate, logf func(string, ...any)) *childResult {
+	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return &childResult{startErr: err}
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	kill := func(sig syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, sig) }
+
+	res := &childResult{}
+	var graceC <-chan time.Time
+	for {
+		select {
+		case sig := <-g.signals:
+			kill(sig.(syscall.Signal))
+		case <-ctx.Done():
+			logf("key %q: %s; sending SIGTERM to %s", cfg.key, plain(context.Cause(ctx)), cfg.argv[0])
+			kill(syscall.SIGTERM)
+			res.stoppedBy = "SIGTERM"
+			grace := time.NewTimer(cfg.grace)
+			defer grace.Stop()
+			graceC = grace.C
+			ctx = context.Background() // seen once
+		case <-graceC:
+			logf("%s still running %v after SIGTERM; sending SIGKILL", cfg.argv[0], cfg.grace)
+			kill(syscall.SIGKILL)
+			res.stoppedBy = "SIGKILL"
+			graceC = nil
+		case <-waited:
+			res.state = cmd.ProcessState.String()
+			res.code = exitCode(cmd.ProcessState)
+			if res.stoppedBy == "SIGTERM" || res.stoppedBy == "SIGKILL" {
+				// The group may hold stragglers that ignored SIGTERM.
+				kill(syscall.SIGKILL)
+			}
+			return res
+		}
+	}
+}
+
+// plain prints err without repeating the library's "redlock: " prefix.
+func plain(err error) string {
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "redlock: "), ": redlock: ", ": ")
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// childEnv is redlock's environment without the password, which CMD does not
+// need to see.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envPassword+"=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// preflight PINGs every node at once and reports each failure. It returns how
+// many answered.
+func preflight(pools []redlock.Pool, addrs []string, logf func(string, ...any)) int {
+	ctx, cancel := context.WithTimeout(context.Background(), preflightTimeout)
+	defer cancel()
+	errs := make([]error, len(pools))
+	var wg sync.WaitGroup
+	for i, p := range pools {
+		wg.Go(func() {
+			conn, err := p.GetContext(ctx)
+			if err == nil {
+				_, err = redis.DoContext(conn, ctx, "PING")
+				conn.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	up := 0
+	for i, err := range errs {
+		if err != nil {
+			logf("node %s: %v", addrs[i], err)
+			continue
+		}
+		up++
+	}
+	return up
+}
+
+var (
+	errWaitedOut = errors.New("waited out")
+	errSignalled = errors.New("signalled")
+)
+
+// A gate separates waiting for the lock from running CMD. While waiting, a
+// signal or the end of --wait aborts the acquisition through ctx; once CMD
+// runs, nothing cancels ctx, and signals go to CMD instead.
+type gate struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	signals chan os.Signal
+
+	mu      sync.Mutex
+	running bool
+	why     error
+	sig     os.Signal
+	done    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func newGate() *gate {
+	g := &gate{signals: make(chan os.Signal, 4), done: make(chan struct{})}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	incoming := make(chan os.Signal, 4)
+	signal.Notify(incoming, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	g.wg.Go(func() {
+		defer signal.Stop(incoming)
+		for {
+			select {
+			case sig := <-incoming:
+				g.mu.Lock()
+				if g.running {
+					g.mu.Unlock()
+					select {
+					case g.signals <- sig:
+					default: // CMD has not taken the last few yet
+					}
+					continue
+				}
+				if g.why == nil {
+					g.why, g.sig = errSignalled, sig
+					g.cancel()
+				}
+				g.mu.Unlock()
+			case <-g.done:
+				return
+			}
+		}
+	})
+	return g
+}
+
+// begin moves the gate to running, unless it was aborted.
+func (g *gate) begin() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.why != nil {
+		return false
+	}
+	g.running = true
+	return true
+}
+
+// abort ends the wait for the lock, unless CMD already runs.
+func (g *gate) abort(why error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.running && g.why == nil {
+		g.why = why
+		g.cancel()
+	}
+}
+
+func (g *gate) aborted() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.why
+}
+
+// signal returns the signal that aborted the wait, if one did.
+func (g *gate) signal() os.Signal {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sig
+}
+
+func (g *gate) stop() {
+	close(g.done)
+	g.wg.Wait()
+	g.cancel()
+}

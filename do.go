@@ -1,0 +1,157 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLockLost reports that a lock held by Do could no longer be proven held
+// while fn ran: its validity ran out before an extension succeeded, or a
+// majority of nodes refused to extend it because they no longer hold its key.
+// It is the cause of fn's context (context.Cause) and is part of Do's error.
+var ErrLockLost = errors.New("redlock: lock lost")
+
+// extendEvery is the fraction of the ttl after which Do extends a held lock:
+// at a third, a failed extension leaves two thirds of the validity for
+// retries before the lock is lost.
+const extendEvery = 3
+
+// Do acquires the lock on key for ttl, as Lock does, runs fn while holding it,
+// and releases it when fn returns.
+//
+// While fn runs, Do extends the lock in the background every ttl/3 (step 5).
+// Each Extend takes at most one node timeout and never runs past the lock's
+// validity. A failed Extend is retried after a random retry delay
+// (WithRetryDelay) for as long as the lock is still valid.
+//
+// fn's context is derived from ctx. It is cancelled, with a cause wrapping
+// ErrLockLost that says why, the moment the lock can no longer be proven
+// held: when its validity runs out (Lock.Done), or as soon as a majority of
+// nodes refuse an extension, which proves the key has gone from them. fn
+// should stop promptly then; the lock is not protecting it any more. If ctx
+// is cancelled, fn's context is cancelled too, but the lock is kept and
+// extended until fn returns.
+//
+// On each path:
+//   - If the lock cannot be acquired, Do returns Lock's error and fn does not
+//     run.
+//   - If the lock was held until fn returned, Do returns fn's error. The
+//     release is best effort and not reported: if it fails, the key expires
+//     on the nodes it could not reach within ttl.
+//   - If the lock was lost before fn returned, Do returns fn's error joined
+//     with the loss cause, so errors.Is(err, ErrLockLost) holds even for an
+//     fn that ignored its context and returned nil.
+//
+// If fn panics, Do stops extending, releases the lock and re-panics.
+// Do starts no goroutine that outlives it, beyond the release of slow nodes
+// that Unlock leaves in the background for at most one node timeout.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error) (err error) {
+	if fn == nil {
+		return invalid("nil function")
+	}
+	l, err := c.Lock(ctx, key, ttl)
+	if err != nil {
+		return err
+	}
+
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{}, l))
+	stop := make(chan struct{})
+	kept := make(chan loss, 1)
+	go func() { kept <- c.keep(l, ttl, stop, cancel) }()
+
+	defer func() {
+		// Runs even if fn panicked: judge validity at fn's return, stop
+		// extending, then release.
+		held := c.clock.Now().Before(l.Until())
+		close(stop)
+		lost := <-kept
+		switch {
+		case held && lost.expired:
+			// Validity ran out after fn returned, before stop was seen.
+			lost.err = nil
+		case !held && lost.err == nil:
+			lost.err = lostCause("validity ran out before fn returned", nil)
+		}
+		cancel(context.Canceled)
+		_ = l.Unlock(context.WithoutCancel(ctx))
+		if lost.err != nil {
+			err = errors.Join(err, lost.err)
+		}
+	}()
+	return fn(fnCtx)
+}
+
+// A loss is how keep ended: err is nil if fn returned first; expired tells a
+// loss by running out of validity from one proven by refusals.
+type loss struct {
+	err     error
+	expired bool
+}
+
+// keep extends l every ttl/3 until stop is closed or the lock is lost. On loss
+// it cancels fn's context with the cause and returns it.
+func (c *Client) keep(l *Lock, ttl time.Duration, stop <-chan struct{}, cancel context.CancelCauseFunc) loss {
+	timer := time.NewTimer(ttl / extendEvery)
+	defer timer.Stop()
+	var last error // the latest failed Extend, if none has succeeded since
+	for {
+		select {
+		case <-stop:
+			return loss{}
+		case <-l.Done():
+			err := lostCause("validity ran out before an extension succeeded", last)
+			cancel(err)
+			return loss{err: err, expired: true}
+		case <-timer.C:
+		}
+		// Bounded by the node timeout inside Extend, and by validity here: an
+		// extension that ends after it proves nothing for the time between.
+		ctx, done := context.WithDeadline(context.Background(), l.Until())
+		err := l.Extend(ctx, ttl)
+		done()
+		switch {
+		case err == nil:
+			last = nil
+			timer.Reset(ttl / extendEvery)
+		case refused(err) && c.clock.Now().Before(l.Until()):
+			err = lostCause("a majority of nodes refused the extension", err)
+			cancel(err)
+			return loss{err: err}
+		default:
+			last = err
+			timer.Reset(c.retryDelay())
+		}
+	}
+}
+
+// refused reports whether an Extend failed only because nodes answered that
+// they no longer hold the key: no node failed or timed out, so more than
+// N − quorum of them refused, and no majority can still hold it.
+func refused(err error) bool {
+	if !errors.Is(err, ErrNotObtained) {
+		return false
+	}
+	var ne *NodeError
+	return !errors.As(err, &ne) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
+func lostCause(why string, last error) error {
+	if last == nil {
+		return fmt.Errorf("%w: %s", ErrLockLost, why)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrLockLost, why, last)
+}
+
+type heldKey struct{}
+
+// HeldLock returns the lock that Do holds while it runs fn with ctx, or nil if
+// ctx does not come from Do. fn may read its Until before a step that needs
+// exclusion, its Value, or its fencing Token (with WithFencing) to send with
+// each write; it must not Unlock or Extend it, which Do does.
+func HeldLock(ctx context.Context) *Lock {
+	l, _ := ctx.Value(heldKey{}).(*Lock)
+	return l
+}
