@@ -203,6 +203,20 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}
 }
 
+// BenchmarkFencing: the cost of WithFencing's second round trip, against
+// plain Lock+Unlock on the same nodes, one caller and eight.
+func BenchmarkFencing(b *testing.B) {
+	pools := benchNodes(b, 5)
+	for _, n := range []int{3, 5} {
+		plain := benchRedlock(benchClient(b, pools[:n]))
+		fenced := benchRedlock(benchClient(b, pools[:n], redlock.WithFencing()))
+		b.Run(fmt.Sprintf("N=%d/p=serial/impl=redlock", n), func(b *testing.B) { benchSerial(b, plain) })
+		b.Run(fmt.Sprintf("N=%d/p=serial/impl=fenced", n), func(b *testing.B) { benchSerial(b, fenced) })
+		b.Run(fmt.Sprintf("N=%d/p=8/impl=redlock", n), func(b *testing.B) { benchParallel(b, plain, 8) })
+		b.Run(fmt.Sprintf("N=%d/p=8/impl=fenced", n), func(b *testing.B) { benchParallel(b, fenced, 8) })
+	}
+}
+
 // BenchmarkParallel: b.RunParallel over distinct keys at parallelism 1, 8
 // and 64.
 func BenchmarkParallel(b *testing.B) {

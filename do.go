@@ -120,7 +120,11 @@ func (c *Client) keep(l *Lock, ttl time.Duration, stop <-chan struct{}, cancel c
 			cancel(err)
 			return loss{err: err}
 		default:
-			last = err
+			// A retry that starts after validity ran out says only that;
+			// keep the failure that explains why the extensions failed.
+			if last == nil || !errors.Is(err, ErrExpired) {
+				last = err
+			}
 			timer.Reset(c.retryDelay())
 		}
 	}

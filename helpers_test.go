@@ -43,11 +43,12 @@ var (
 // A faultPool wraps a real pool and injects one fault at a time. It counts
 // the connections asked of it, so tests can assert that no call was made.
 type faultPool struct {
-	inner  redlock.Pool
-	fault  atomic.Int32
-	gets   atomic.Int32
-	thaw   chan struct{} // closed when the test ends; releases stuck calls
-	before func()        // if set, runs at the start of every GetContext
+	inner   redlock.Pool
+	fault   atomic.Int32
+	gets    atomic.Int32
+	thaw    chan struct{}    // closed when the test ends; releases stuck calls
+	before  func()           // if set, runs at the start of every GetContext
+	afterDo func(cmd string) // if set, runs after each DoWithTimeout returns
 }
 
 func (p *faultPool) set(f fault) { p.fault.Store(int32(f)) }
@@ -79,7 +80,22 @@ func (p *faultPool) GetContext(ctx context.Context) (redis.Conn, error) {
 		}
 		return errorReplyConn{conn.(redis.ConnWithTimeout)}, nil
 	}
-	return p.inner.GetContext(ctx)
+	conn, err := p.inner.GetContext(ctx)
+	if err != nil || p.afterDo == nil {
+		return conn, err
+	}
+	return notifyConn{conn.(redis.ConnWithTimeout), p.afterDo}, nil
+}
+
+// notifyConn reports each command it has run, once the reply is in.
+type notifyConn struct {
+	redis.ConnWithTimeout
+	after func(cmd string)
+}
+
+func (c notifyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	defer c.after(cmd)
+	return c.ConnWithTimeout.DoWithTimeout(d, cmd, args...)
 }
 
 // lostReplyConn runs each command and then reports a lost reply, as when a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -50,6 +51,11 @@ type call struct {
 	done  chan struct{} // receives once: the call was answered, or it leads
 	lead  []*call       // when woken to lead: the batch to send
 	alone [1]*call      // the batch of a call sent alone: itself
+
+	// unsent, if set, has bit to clear the moment the call takes its place
+	// in the pipe: from then on, any later command to this node follows it.
+	unsent *atomic.Uint64
+	bit    uint64
 }
 
 // maxFreeCalls bounds the calls a pipe keeps for reuse after a burst.
@@ -75,7 +81,7 @@ func (p *pipe) newCall(ctx context.Context, deadline time.Time, cmd string, args
 func (p *pipe) recycle(c *call) {
 	clear(c.args)
 	c.alone[0] = nil
-	c.ctx, c.reply, c.err = nil, nil, nil
+	c.ctx, c.reply, c.err, c.unsent = nil, nil, nil, nil
 	p.mu.Lock()
 	if len(p.free) < maxFreeCalls {
 		p.free = append(p.free, c)
@@ -97,6 +103,9 @@ type pipe struct {
 // bounds above say.
 func (p *pipe) send(pool Pool, c *call) {
 	p.mu.Lock()
+	if c.unsent != nil {
+		c.unsent.And(^c.bit)
+	}
 	if p.busy {
 		p.queue = append(p.queue, c)
 		p.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -119,12 +120,16 @@ type node struct {
 type cmdArgs struct {
 	key, token, ttl any // ttl in milliseconds, as PX and PEXPIRE take it
 	fenceKey        any // the key's fencing counter, with WithFencing
+
+	// unsent has a bit for each node whose SET has not yet taken its place
+	// in the node's pipe (acquisitions only; see Lock.overtaken).
+	unsent atomic.Uint64
 }
 
 // setNX sends SET key token NX PX ttl (step 1). It reports true if the node
 // stored the key and false if the key already existed.
 func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-	reply, err := n.command(ctx, deadline, "SET", a.key, a.token, "NX", "PX", a.ttl)
+	reply, err := n.send(ctx, deadline, &a.unsent, "SET", a.key, a.token, "NX", "PX", a.ttl)
 	return reply != nil, err
 }
 
@@ -132,7 +137,7 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 // same atomic step (fencing, round 1). It reports the counter and whether
 // the node stored the key.
 func (n *node) setNXFenced(ctx context.Context, deadline time.Time, a *cmdArgs) (uint64, bool, error) {
-	reply, err := n.eval(ctx, deadline, &acquireFencedScript, a.key, a.fenceKey, a.token, a.ttl)
+	reply, err := n.evalMarking(ctx, deadline, &a.unsent, &acquireFencedScript, a.key, a.fenceKey, a.token, a.ttl)
 	counter, ok := reply.(int64)
 	if !ok || counter < 0 {
 		return 0, false, err
@@ -167,7 +172,14 @@ func (n *node) release(ctx context.Context, deadline time.Time, a *cmdArgs) (boo
 // A failure, including an error reply, comes back as a nil reply and a
 // *NodeError.
 func (n *node) command(ctx context.Context, deadline time.Time, cmd string, args ...any) (any, error) {
+	return n.send(ctx, deadline, nil, cmd, args...)
+}
+
+// send is command that also clears this node's bit in unsent, if given, the
+// moment the command takes its place in the node's pipe.
+func (n *node) send(ctx context.Context, deadline time.Time, unsent *atomic.Uint64, cmd string, args ...any) (any, error) {
 	c := n.pipe.newCall(ctx, deadline, cmd, args)
+	c.unsent, c.bit = unsent, 1<<n.index
 	n.pipe.send(n.pool, c)
 	reply, err := c.reply, c.err
 	n.pipe.recycle(c)
@@ -182,9 +194,14 @@ func (n *node) command(ctx context.Context, deadline time.Time, cmd string, args
 // keysAndArgs holds the script's s.keys keys, then its arguments: four at
 // most.
 func (n *node) eval(ctx context.Context, deadline time.Time, s *script, keysAndArgs ...any) (any, error) {
+	return n.evalMarking(ctx, deadline, nil, s, keysAndArgs...)
+}
+
+// evalMarking is eval that clears this node's bit in unsent as send does.
+func (n *node) evalMarking(ctx context.Context, deadline time.Time, unsent *atomic.Uint64, s *script, keysAndArgs ...any) (any, error) {
 	var buf [6]any
 	evalArgs := append(append(buf[:0], s.hashArg, s.keysArg), keysAndArgs...)
-	reply, err := n.command(ctx, deadline, "EVALSHA", evalArgs...)
+	reply, err := n.send(ctx, deadline, unsent, "EVALSHA", evalArgs...)
 	if isNoScript(err) {
 		evalArgs[0] = s.srcArg
 		reply, err = n.command(ctx, deadline, "EVAL", evalArgs...)

@@ -32,12 +32,12 @@ type round struct {
 	// window closed does not count).
 	valid func() bool
 
-	// abandoned, if set, reports whether the caller has since let go of a won
-	// round (Unlock has begun). A node whose op returns after that runs undo
-	// itself, after its op: its SET may have reached the node after the
-	// release did, if its goroutine had not even started when Unlock sent
-	// the release.
-	abandoned func() bool
+	// overtaken, if set, reports whether the caller has since sent node a
+	// command that went ahead of this round's op (an Unlock whose release
+	// entered the node's pipe before this round's SET did). After a won
+	// round, such a node runs undo itself once its op returns, so that a SET
+	// landing after the release leaves no orphan key.
+	overtaken func(node int) bool
 }
 
 // testHookNodeStart, if set, runs at the start of each node's goroutine in a
@@ -113,9 +113,9 @@ func causeOrder(err error) int {
 //     deadline; their answers are dropped. This is what lets a frozen node
 //     delay no one. A later command to such a node (an Unlock right after a
 //     Lock) queues behind the one in flight, in the node's pipe, so it cannot
-//     overtake it; and an op that had not reached the pipe yet runs r.undo
-//     itself once it returns, if r.abandoned then reports true, so that no
-//     orphan key is left either way.
+//     overtake it; and an op that had not reached the pipe yet when that
+//     command did runs r.undo itself once it returns (r.overtaken), so that
+//     no orphan key is left either way.
 //   - After a lost round with r.undo set, each node that may hold state runs
 //     r.undo (step 4). A node still in flight runs it once its op returns, on
 //     the same goroutine, so the undo follows the op. The undo has a fresh
@@ -173,7 +173,7 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 				switch {
 				case shared.lost:
 					r.undo(shared.undoCtx, nd, shared.undoDeadline)
-				case r.abandoned != nil && r.abandoned():
+				case r.overtaken != nil && r.overtaken(nd.index):
 					c.undoLate(ctx, r, nd)
 				}
 			}

@@ -21,6 +21,10 @@ const (
 	DefaultNodeTimeout   = 50 * time.Millisecond
 )
 
+// maxNodes is the most Redis masters a Client takes: each node has a bit in
+// a 64-bit mask (Lock.overtaken).
+const maxNodes = 64
+
 // tokenBytes is the size of a lock token's random part: 128 bits.
 const tokenBytes = 16
 
@@ -106,6 +110,9 @@ func WithFencing() Option {
 func New(pools []Pool, opts ...Option) (*Client, error) {
 	if len(pools) == 0 {
 		return nil, invalid("no pools")
+	}
+	if len(pools) > maxNodes {
+		return nil, invalid("%d pools: at most %d are supported", len(pools), maxNodes)
 	}
 	c := &Client{
 		quorum:      quorum(len(pools)),
@@ -262,7 +269,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 			return ok, err
 		}
 	}
-	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, abandoned: l.unlocking.Load})
+	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
+	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l.overtakenAt})
 	if !won {
 		return nil, t.err(ErrNotObtained)
 	}
@@ -280,7 +288,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 			valid: valid,
 		})
 		if !won {
-			l.unlocking.Store(true) // round-1 stragglers release themselves
+			l.letGo() // round-1 stragglers whose SET the release overtook release again
 			return nil, t.err(ErrNotObtained)
 		}
 	}
@@ -326,8 +334,19 @@ type Lock struct {
 	done   chan struct{} // made by Done; closed when until passes or on release
 	expiry *time.Timer   // closes done when until passes
 
-	unlocking atomic.Bool // set when Unlock starts; see round.abandoned
+	// overtaken has a bit for each node whose acquiring SET had not entered
+	// the node's pipe when the lock was let go: a release may have gone
+	// ahead of it there. See round.overtaken.
+	overtaken atomic.Uint64
 }
+
+// letGo records, before any release is sent, which nodes' SETs a release
+// could overtake: those not yet in their pipe. With seq-cst atomics, a SET
+// that enters its pipe after a release did finds its bit here when it
+// returns (it cleared unsent after this load, and reads overtaken after).
+func (l *Lock) letGo() { l.overtaken.Or(l.args.unsent.Load()) }
+
+func (l *Lock) overtakenAt(node int) bool { return l.overtaken.Load()&(1<<node) != 0 }
 
 // Key returns the locked key.
 func (l *Lock) Key() string { return l.key }
@@ -483,7 +502,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return invalid("nil context")
 	}
 	expired := !c.clock.Now().Before(l.Until())
-	l.unlocking.Store(true)
+	l.letGo()
 	won, t := c.fanout(ctx, round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.release(ctx, deadline, &l.args)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -413,13 +414,20 @@ func TestUnlockBeforeSetIsSent(t *testing.T) {
 	c := newCluster(t, 3)
 	client := c.client(t)
 	ctx := context.Background()
+	warm, err := client.TryLock(ctx, "warm", time.Minute) // caches the release script
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+	c.settle(t)
+
+	ran := make(chan string, 10)
+	c.pools[2].afterDo = func(cmd string) { ran <- cmd }
 	held := make(chan struct{})
 	undo := redlock.HoldNodeStart(client, 2, held)
 	l, err := client.TryLock(ctx, "unsent", time.Minute)
 	require.NoError(t, err)
 	undo() // Unlock's goroutine for node 2 runs at once
 	require.NoError(t, l.Unlock(ctx))
-	require.Eventually(t, func() bool { return c.count("unsent", l.Value()) == 0 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, "EVALSHA", <-ran, "the release ran on node 2 first")
 	close(held) // now node 2's SET goes out, after the release
 	c.settle(t)
 	assert.Equal(t, []string{"", "", ""}, c.values("unsent"))
@@ -626,6 +634,7 @@ func TestBadInput(t *testing.T) {
 		"no pools":             {nil, nil},
 		"nil pool":             {[]redlock.Pool{c.pools[0], nil}, nil},
 		"typed nil pool":       {[]redlock.Pool{nilPool}, nil},
+		"65 pools":             {slices.Repeat([]redlock.Pool{c.pools[0]}, 65), nil},
 		"zero tries":           {pools, []redlock.Option{redlock.WithTries(0)}},
 		"negative drift":       {pools, []redlock.Option{redlock.WithDriftFactor(-0.1)}},
 		"drift of one":         {pools, []redlock.Option{redlock.WithDriftFactor(1)}},
