@@ -45,8 +45,9 @@ const extendEvery = 3
 //     fn that ignored its context and returned nil.
 //
 // If fn panics, Do stops extending, releases the lock and re-panics.
-// Do starts no goroutine that outlives it, beyond the release of slow nodes
-// that Unlock leaves in the background for at most one node timeout.
+// Do starts no goroutine that outlives it, beyond the node calls that Lock
+// and Unlock leave in the background for slow nodes, each ending within a
+// node timeout or two.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error) (err error) {
 	if fn == nil {
 		return invalid("nil function")

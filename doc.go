@@ -30,7 +30,8 @@
 //     (WithDriftFactor); wall-clock steps do not matter, only rates do;
 //   - a node that restarts either keeps its keys (appendonly with fsync
 //     always) or stays down for longer than the largest ttl in use;
-//   - the masters are independent: not replicas of each other.
+//   - the masters are independent: not replicas of each other, and run
+//     Redis 7.0 or later.
 //
 // # Limits
 //

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,6 +72,38 @@ func TestFencingAfterFailedAcquisition(t *testing.T) {
 	second, err := client.TryLock(ctx, "k", time.Minute)
 	require.NoError(t, err)
 	assert.Greater(t, second.Token(), first.Token())
+}
+
+// A node whose round-1 answer came after the token was computed, and whose
+// counter has reached the token since, must not count in round 2: the
+// token would not exceed what that node has seen.
+func TestFencingIgnoresCounterAhead(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t, redlock.WithFencing())
+	warm, err := client.TryLock(context.Background(), "warm", time.Minute) // caches the scripts
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(context.Background()))
+	c.settle(t)
+	require.NoError(t, c.nodes[2].Set("redlock:fence:k", "5")) // another holder's token
+	gate := make(chan struct{})
+	var calls1, calls2 atomic.Int32
+	c.pools[2].before = func() {
+		if calls2.Add(1) == 1 { // node 2's SET waits until round 2 has begun
+			<-gate
+		}
+	}
+	c.pools[1].before = func() {
+		if calls1.Add(1) == 2 { // round 2 begins: node 1 fails from now on
+			c.pools[1].set(failing)
+			close(gate)
+		}
+	}
+	_, err = client.TryLock(context.Background(), "k", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Contains(t, err.Error(), "node 2: fencing counter not below the token")
+	c.settle(t)
+	v := c.values("k") // node 1 was down for the release: its key waits for the ttl
+	assert.Equal(t, []string{"", ""}, []string{v[0], v[2]}, "the lost attempt released nodes 0 and 2")
 }
 
 func TestNoFencingByDefault(t *testing.T) {

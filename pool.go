@@ -17,9 +17,11 @@ import (
 // Redigo's *redis.Pool satisfies it, so existing pools can be passed to New.
 //
 // The connections it returns must implement redis.ConnWithTimeout, as
-// redigo's do: every command is sent with a read deadline. Redlock does not
-// rely on the Pool to honour the context's deadline; a node that does not
-// answer in time is counted as failed and left to finish in the background.
+// redigo's do: every command is sent with a read deadline. They should also
+// have a write timeout (redis.DialWriteTimeout; NewPool sets one): a write
+// that blocks holds up the node's later commands. Redlock does not rely on
+// the Pool to honour the context's deadline; a node that does not answer in
+// time is counted as failed and left to finish in the background.
 type Pool interface {
 	GetContext(ctx context.Context) (redis.Conn, error)
 }
@@ -122,8 +124,9 @@ type cmdArgs struct {
 	fenceKey        any // the key's fencing counter, with WithFencing
 
 	// unsent has a bit for each node whose SET has not yet taken its place
-	// in the node's pipe (acquisitions only; see Lock.overtaken).
-	unsent atomic.Uint64
+	// in the node's pipe; fellBack, for each node whose fenced SET had to be
+	// resent by EVAL after NOSCRIPT (acquisitions only; see Lock.overtakenAt).
+	unsent, fellBack atomic.Uint64
 }
 
 // setNX sends SET key token NX PX ttl (step 1). It reports true if the node
@@ -137,7 +140,7 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 // same atomic step (fencing, round 1). It reports the counter and whether
 // the node stored the key.
 func (n *node) setNXFenced(ctx context.Context, deadline time.Time, a *cmdArgs) (uint64, bool, error) {
-	reply, err := n.evalMarking(ctx, deadline, &a.unsent, &acquireFencedScript, a.key, a.fenceKey, a.token, a.ttl)
+	reply, err := n.evalMarking(ctx, deadline, a, &acquireFencedScript, a.key, a.fenceKey, a.token, a.ttl)
 	counter, ok := reply.(int64)
 	if !ok || counter < 0 {
 		return 0, false, err
@@ -145,12 +148,19 @@ func (n *node) setNXFenced(ctx context.Context, deadline time.Time, a *cmdArgs) 
 	return uint64(counter), true, err
 }
 
-// raiseFence raises the node's fencing counter to at least fence while the
-// key still holds the token (fencing, round 2). It reports true if it did.
+// raiseFence raises the node's fencing counter to fence while the key still
+// holds the token (fencing, round 2). It reports true if it did. A node that
+// holds the key but whose counter is not below fence fails with
+// errFenceAhead, so that a lost round releases it.
 func (n *node) raiseFence(ctx context.Context, deadline time.Time, a *cmdArgs, fence uint64) (bool, error) {
 	reply, err := n.eval(ctx, deadline, &raiseFenceScript, a.key, a.fenceKey, a.token, fence)
+	if reply == int64(2) {
+		return false, &NodeError{Node: n.index, Err: errFenceAhead}
+	}
 	return reply == int64(1), err
 }
+
+var errFenceAhead = errors.New("redlock: fencing counter not below the token")
 
 // extend runs the extend script (step 5). It reports true if the key still
 // held the token and its ttl was reset.
@@ -197,12 +207,21 @@ func (n *node) eval(ctx context.Context, deadline time.Time, s *script, keysAndA
 	return n.evalMarking(ctx, deadline, nil, s, keysAndArgs...)
 }
 
-// evalMarking is eval that clears this node's bit in unsent as send does.
-func (n *node) evalMarking(ctx context.Context, deadline time.Time, unsent *atomic.Uint64, s *script, keysAndArgs ...any) (any, error) {
+// evalMarking is eval for an acquisition's SET: it clears this node's bit in
+// a.unsent as send does, and records in a.fellBack a fallback to EVAL, which
+// enters the pipe later than the EVALSHA did.
+func (n *node) evalMarking(ctx context.Context, deadline time.Time, a *cmdArgs, s *script, keysAndArgs ...any) (any, error) {
+	var unsent *atomic.Uint64
+	if a != nil {
+		unsent = &a.unsent
+	}
 	var buf [6]any
 	evalArgs := append(append(buf[:0], s.hashArg, s.keysArg), keysAndArgs...)
 	reply, err := n.send(ctx, deadline, unsent, "EVALSHA", evalArgs...)
 	if isNoScript(err) {
+		if a != nil {
+			a.fellBack.Or(1 << n.index)
+		}
 		evalArgs[0] = s.srcArg
 		reply, err = n.command(ctx, deadline, "EVAL", evalArgs...)
 	}

@@ -24,8 +24,13 @@ type round struct {
 	// undo, if set, runs after a lost round on every node that may hold
 	// state from op: nodes that agreed, failed or timed out, or were still in
 	// flight. A node that refused without error holds nothing of ours, because
-	// every acquisition uses a fresh token.
-	undo nodeOp
+	// every acquisition uses a fresh token; with undoAll, undo runs on it too
+	// (fencing's round 2, whose refusals say nothing of round 1's SETs).
+	undo    nodeOp
+	undoAll bool
+
+	// lost, if set, runs when the round is lost, before any undo is sent.
+	lost func()
 
 	// valid, if set, is checked once a majority agreed; if it reports false
 	// the round is lost (step 3: a majority that answers after the validity
@@ -169,13 +174,15 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 				return
 			}
 			<-decided
-			if yes || err != nil {
-				switch {
-				case shared.lost:
+			switch {
+			case shared.lost && (yes || err != nil || r.undoAll):
+				if time.Now().Before(shared.undoDeadline) {
 					r.undo(shared.undoCtx, nd, shared.undoDeadline)
-				case r.overtaken != nil && r.overtaken(nd.index):
+				} else { // the op returned after the undo's time: give it its own
 					c.undoLate(ctx, r, nd)
 				}
+			case !shared.lost && (yes || err != nil) && r.overtaken != nil && r.overtaken(nd.index):
+				c.undoLate(ctx, r, nd)
 			}
 			undone <- struct{}{}
 		}()
@@ -219,6 +226,9 @@ vote:
 	}
 
 	shared.lost = !won
+	if shared.lost && r.lost != nil {
+		r.lost()
+	}
 	if shared.lost {
 		shared.undoDeadline = time.Now().Add(c.nodeTimeout)
 		var cancelUndo context.CancelFunc

@@ -173,8 +173,8 @@ func isNil(v any) bool {
 // Bad arguments return an error wrapping ErrInvalid and make no network call.
 //
 // Each attempt takes at most one node timeout, or two when it fails and must
-// release nodes that did not answer; with WithFencing, one more for the
-// second round.
+// release the nodes that may hold the key; with WithFencing, one more for
+// the second round.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, key, ttl, c.tries)
 }
@@ -284,11 +284,15 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 			op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 				return n.raiseFence(ctx, deadline, args, l.fence)
 			},
-			undo:  release,
-			valid: valid,
+			// If lost, release every node: a round-1 SET may still be on its
+			// way to a node that refused here. Letting go first makes a SET
+			// that enters its pipe after these releases release itself.
+			undo:    release,
+			undoAll: true,
+			lost:    l.letGo,
+			valid:   valid,
 		})
 		if !won {
-			l.letGo() // round-1 stragglers whose SET the release overtook release again
 			return nil, t.err(ErrNotObtained)
 		}
 	}
@@ -329,24 +333,36 @@ type Lock struct {
 	fence  uint64  // fencing token; 0 without WithFencing
 	args   cmdArgs // key and token as command arguments (ttl: the first one's)
 
-	mu     sync.Mutex
-	until  time.Time     // zero once released
-	done   chan struct{} // made by Done; closed when until passes or on release
-	expiry *time.Timer   // closes done when until passes
+	mu       sync.Mutex
+	until    time.Time     // zero once Unlock has begun
+	released bool          // an Unlock reached a majority
+	done     chan struct{} // made by Done; closed when until passes or on release
+	expiry   *time.Timer   // closes done when until passes
 
 	// overtaken has a bit for each node whose acquiring SET had not entered
 	// the node's pipe when the lock was let go: a release may have gone
 	// ahead of it there. See round.overtaken.
 	overtaken atomic.Uint64
+	letGone   atomic.Bool // letGo has run
 }
 
 // letGo records, before any release is sent, which nodes' SETs a release
 // could overtake: those not yet in their pipe. With seq-cst atomics, a SET
 // that enters its pipe after a release did finds its bit here when it
 // returns (it cleared unsent after this load, and reads overtaken after).
-func (l *Lock) letGo() { l.overtaken.Or(l.args.unsent.Load()) }
+func (l *Lock) letGo() {
+	l.letGone.Store(true)
+	l.overtaken.Or(l.args.unsent.Load())
+}
 
-func (l *Lock) overtakenAt(node int) bool { return l.overtaken.Load()&(1<<node) != 0 }
+// overtakenAt reports whether node's acquiring SET may have reached the node
+// after a release: it was not in the pipe when the lock was let go, or it
+// was resent by EVAL after NOSCRIPT (later than its bit in unsent says) and
+// the lock has been let go.
+func (l *Lock) overtakenAt(node int) bool {
+	bit := uint64(1) << node
+	return l.overtaken.Load()&bit != 0 || (l.args.fellBack.Load()&bit != 0 && l.letGone.Load())
+}
 
 // Key returns the locked key.
 func (l *Lock) Key() string { return l.key }
@@ -432,13 +448,16 @@ func (l *Lock) expire() {
 	l.watchLocked()
 }
 
-// Extend resets the lock's ttl on every node that still holds its token
-// (step 5). It succeeds when a majority did so within the new validity
-// window, which then runs to start+ttl−drift, start being when Extend began.
+// Extend makes the key live at least ttl from now on every node that still
+// holds the lock's token (step 5); it never shortens a key (PEXPIRE GT,
+// Redis 7). It succeeds when a majority did so while both the old validity
+// window and the new one were open; the new one runs to start+ttl−drift,
+// start being when Extend began.
 //
 // If the lock's validity has already passed, or it was released, Extend
-// returns ErrExpired and sends nothing. If it passes while Extend waits for
-// the nodes, Extend returns ErrExpired too, and Until stays in the past. If no majority extends in time, it
+// returns ErrExpired and sends nothing. If a majority agrees only after it
+// has passed, Extend returns ErrExpired too; Until never moves forward once
+// it has passed. If no majority extends in time, it
 // returns an error wrapping ErrNotObtained; the lock stays valid until the
 // earlier of its old and its new deadline, because nodes that did extend now
 // hold the new ttl. Extend takes at most one node timeout.
@@ -491,8 +510,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // once a majority of nodes answered, which frees the lock for others; the
 // remaining nodes are released in the background within one node timeout.
 //
-// If fewer than a majority answer, it returns an error with the per-node
-// causes; the key then expires on the silent nodes at its ttl. If the lock's
+// From the moment Unlock begins, the lock no longer counts as held: Until
+// returns the zero Time and Done is closed, even if Unlock then fails,
+// because its releases may have reached a majority whose replies were lost.
+// If fewer than a majority confirm, it returns an error with the per-node
+// causes; the key expires on the silent nodes at its ttl, and Unlock may be
+// called again. If the lock's
 // validity had already passed, the release is still sent, but Unlock returns
 // ErrExpired: the holder must learn that its critical section may not have
 // been exclusive. Unlock takes at most one node timeout.
@@ -501,8 +524,15 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
 	}
-	expired := !c.clock.Now().Before(l.Until())
 	l.letGo()
+	// The lock counts as released from here on, whatever the nodes answer:
+	// the releases may delete the key on a majority even if their replies
+	// are lost, so Until and Done must not go on saying it is held.
+	l.mu.Lock()
+	// A retry after a failed Unlock finds until already zero: not expired.
+	expired := l.released || (!l.until.IsZero() && !c.clock.Now().Before(l.until))
+	l.setUntilLocked(time.Time{})
+	l.mu.Unlock()
 	won, t := c.fanout(ctx, round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.release(ctx, deadline, &l.args)
@@ -510,7 +540,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	})
 	if won {
 		l.mu.Lock()
-		l.setUntilLocked(time.Time{})
+		l.released = true
 		l.mu.Unlock()
 	}
 	switch {
@@ -523,4 +553,4 @@ func (l *Lock) Unlock(ctx context.Context) error {
 }
 
 // errNotReleased heads the error of an Unlock that reached too few nodes.
-var errNotReleased = errors.New("redlock: lock not released")
+var errNotReleased = errors.New("redlock: release not confirmed")

@@ -332,6 +332,24 @@ func TestExtendThatOutlivesTheWindow(t *testing.T) {
 	}
 }
 
+// An Extend to a shorter ttl never shortens a key: an older Extend landing
+// late must not cut short a key that a newer one counted on.
+func TestExtendNeverShortensKeys(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := newFakeClock()
+	client := c.client(t, redlock.WithClock(clock))
+	ctx := context.Background()
+	l, err := client.TryLock(ctx, "long", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Extend(ctx, time.Second))
+	c.settle(t)
+	for _, m := range c.nodes {
+		assert.Equal(t, 10*time.Second, m.TTL("long"))
+	}
+	// The client's own window follows the extension it asked for: shorter.
+	assert.Equal(t, clock.Now().Add(time.Second-12*time.Millisecond), l.Until())
+}
+
 // After expiry, the keys are gone and another client holds the lock: Extend
 // and Unlock report ErrExpired and leave the new owner's keys alone.
 func TestAfterExpiryNewOwnerIsUntouched(t *testing.T) {
@@ -469,7 +487,10 @@ func TestUnlockWithoutMajority(t *testing.T) {
 	err = l.Unlock(ctx)
 	require.Error(t, err)
 	assert.Equal(t, map[int]bool{0: true, 2: true}, nodeErrors(err, errNodeDown))
-	assert.False(t, l.Until().IsZero(), "a failed Unlock must not mark the lock released")
+	// The releases may have reached nodes whose replies were lost: the lock
+	// no longer counts as held, and Extend says so.
+	assert.True(t, l.Until().IsZero(), "a failed Unlock must stop counting the lock as held")
+	require.ErrorIs(t, l.Extend(ctx, time.Minute), redlock.ErrExpired)
 
 	c.pools[0].set(healthy)
 	c.pools[2].set(healthy)

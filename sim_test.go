@@ -172,7 +172,9 @@ func (n *simNode) script(hash string, ka []any) (any, error) {
 		return int64(0), nil
 	case extendScript.hash:
 		if v, ok := n.get(key); ok && v == str(ka[1]) {
-			n.setPX(key, v, num(ka[2]))
+			if exp := n.now().Add(time.Duration(num(ka[2])) * time.Millisecond); exp.After(n.data[key].expires) {
+				n.setPX(key, v, num(ka[2])) // PEXPIRE ... GT: never shorter
+			}
 			return int64(1), nil
 		}
 		return int64(0), nil
@@ -189,9 +191,10 @@ func (n *simNode) script(hash string, ka []any) (any, error) {
 			return int64(0), nil
 		}
 		counter, _ := n.get(str(ka[1]))
-		if c, _ := strconv.ParseInt(counter, 10, 64); c < num(ka[3]) {
-			n.data[str(ka[1])] = simValue{v: strconv.FormatInt(num(ka[3]), 10)}
+		if c, _ := strconv.ParseInt(counter, 10, 64); c >= num(ka[3]) {
+			return int64(2), nil
 		}
+		n.data[str(ka[1])] = simValue{v: strconv.FormatInt(num(ka[3]), 10)}
 		return int64(1), nil
 	}
 	return nil, redis.Error("NOSCRIPT unknown script")

@@ -1,7 +1,12 @@
--- Extend: reset the key's ttl only if it still holds the caller's token.
+-- Extend: while the key still holds the caller's token, make it live at least
+-- ttl from now. PEXPIRE ... GT (Redis 7) never shortens it: an older Extend
+-- with a shorter ttl that lands late cannot cut short a key that a newer one
+-- counted on.
 -- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl in milliseconds.
--- Returns 1 if extended, 0 otherwise.
+-- Returns 1 if the key holds the token (its ttl is now at least ARGV[2]),
+-- 0 otherwise.
 if redis.call("GET", KEYS[1]) == ARGV[1] then
-	return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+	redis.call("PEXPIRE", KEYS[1], ARGV[2], "GT")
+	return 1
 end
 return 0
