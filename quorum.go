@@ -42,7 +42,14 @@ type round struct {
 	// entered the node's pipe before this round's SET did). After a won
 	// round, such a node runs undo itself once its op returns, so that a SET
 	// landing after the release leaves no orphan key.
-	overtaken func(node int) bool
+	overtaken overtaker
+}
+
+// An overtaker is told of a won round's nodes whose op returns late; a *Lock
+// is one (Lock.overtakenAt). An interface, not a func, so that passing the
+// Lock costs no allocation.
+type overtaker interface {
+	overtakenAt(node int) bool
 }
 
 // testHookNodeStart, if set, runs at the start of each node's goroutine in a
@@ -181,7 +188,7 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 				} else { // the op returned after the undo's time: give it its own
 					c.undoLate(ctx, r, nd)
 				}
-			case !shared.lost && (yes || err != nil) && r.overtaken != nil && r.overtaken(nd.index):
+			case !shared.lost && (yes || err != nil) && r.overtaken != nil && r.overtaken.overtakenAt(nd.index):
 				c.undoLate(ctx, r, nd)
 			}
 			undone <- struct{}{}

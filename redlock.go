@@ -258,7 +258,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	set := func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 		return n.setNX(ctx, deadline, args)
 	}
-	var highest maxCounter // fencing: the highest counter among nodes that accepted
+	highest := &l.highest // fencing: the highest counter among nodes that accepted
 	if c.fencing {
 		args.fenceKey = fenceKey(key)
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
@@ -270,7 +270,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		}
 	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
-	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l.overtakenAt})
+	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l})
 	if !won {
 		return nil, t.err(ErrNotObtained)
 	}
@@ -327,11 +327,12 @@ func randomToken() (string, error) {
 // Until; work that may outlast it must Extend first, and must stop if Extend
 // fails.
 type Lock struct {
-	client *Client
-	key    string
-	token  string
-	fence  uint64  // fencing token; 0 without WithFencing
-	args   cmdArgs // key and token as command arguments (ttl: the first one's)
+	client  *Client
+	key     string
+	token   string
+	fence   uint64     // fencing token; 0 without WithFencing
+	highest maxCounter // while acquiring with fencing: the highest counter read
+	args    cmdArgs    // key and token as command arguments (ttl: the first one's)
 
 	mu       sync.Mutex
 	until    time.Time     // zero once Unlock has begun
