@@ -53,19 +53,19 @@ func TestFencingAfterFailedAcquisition(t *testing.T) {
 	// Round 1 wins on nodes 0 and 1; node 1 then fails, so round 2 reaches
 	// only node 0 and the attempt is lost, leaving node 0's counter raised.
 	var calls int
-	c.pools[1].before = func() {
+	c.pools[1].onGet(func() {
 		calls++
 		if calls == 2 {
 			c.pools[1].set(failing)
 		}
-	}
+	})
 	c.pools[2].set(failing)
 	_, err = client.TryLock(ctx, "k", time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	c.settle(t)
 	// Node 1 is down, so its key stays until the ttl; node 0's is released.
 	assert.Empty(t, c.values("k")[0], "the lost attempt released node 0")
-	c.pools[1].before = nil
+	c.pools[1].before.Store(nil)
 	c.pools[1].set(healthy)
 	c.pools[2].set(healthy)
 
@@ -87,17 +87,17 @@ func TestFencingIgnoresCounterAhead(t *testing.T) {
 	require.NoError(t, c.nodes[2].Set("redlock:fence:k", "5")) // another holder's token
 	gate := make(chan struct{})
 	var calls1, calls2 atomic.Int32
-	c.pools[2].before = func() {
+	c.pools[2].onGet(func() {
 		if calls2.Add(1) == 1 { // node 2's SET waits until round 2 has begun
 			<-gate
 		}
-	}
-	c.pools[1].before = func() {
+	})
+	c.pools[1].onGet(func() {
 		if calls1.Add(1) == 2 { // round 2 begins: node 1 fails from now on
 			c.pools[1].set(failing)
 			close(gate)
 		}
-	}
+	})
 	_, err = client.TryLock(context.Background(), "k", time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	assert.Contains(t, err.Error(), "node 2: fencing counter not below the token")

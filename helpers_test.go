@@ -46,17 +46,22 @@ type faultPool struct {
 	inner   redlock.Pool
 	fault   atomic.Int32
 	gets    atomic.Int32
-	thaw    chan struct{}    // closed when the test ends; releases stuck calls
-	before  func()           // if set, runs at the start of every GetContext
-	afterDo func(cmd string) // if set, runs after each DoWithTimeout returns
+	thaw    chan struct{}                    // closed when the test ends; releases stuck calls
+	before  atomic.Pointer[func()]           // if set, runs at the start of every GetContext
+	afterDo atomic.Pointer[func(cmd string)] // if set, runs after each DoWithTimeout returns
 }
+
+// onGet and onDone set the hooks. They are atomic, because node calls left in
+// the background by an earlier operation may be reading them.
+func (p *faultPool) onGet(f func())            { p.before.Store(&f) }
+func (p *faultPool) onDone(f func(cmd string)) { p.afterDo.Store(&f) }
 
 func (p *faultPool) set(f fault) { p.fault.Store(int32(f)) }
 
 func (p *faultPool) GetContext(ctx context.Context) (redis.Conn, error) {
 	p.gets.Add(1)
-	if p.before != nil {
-		p.before()
+	if f := p.before.Load(); f != nil {
+		(*f)()
 	}
 	switch fault(p.fault.Load()) {
 	case failing:
@@ -81,10 +86,11 @@ func (p *faultPool) GetContext(ctx context.Context) (redis.Conn, error) {
 		return errorReplyConn{conn.(redis.ConnWithTimeout)}, nil
 	}
 	conn, err := p.inner.GetContext(ctx)
-	if err != nil || p.afterDo == nil {
+	after := p.afterDo.Load()
+	if err != nil || after == nil {
 		return conn, err
 	}
-	return notifyConn{conn.(redis.ConnWithTimeout), p.afterDo}, nil
+	return notifyConn{conn.(redis.ConnWithTimeout), *after}, nil
 }
 
 // notifyConn reports each command it has run, once the reply is in.

@@ -171,11 +171,11 @@ func TestLateMajorityCountedOnce(t *testing.T) {
 	client := c.client(t, redlock.WithNodeTimeout(timeout))
 	for _, i := range []int{0, 2, 4} {
 		var calls atomic.Int32
-		c.pools[i].before = func() {
+		c.pools[i].onGet(func() {
 			if calls.Add(1) == 1 { // only the SET is late; the release is not
 				time.Sleep(timeout + 30*time.Millisecond)
 			}
-		}
+		})
 	}
 	_, err := client.TryLock(context.Background(), "late", time.Second)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
@@ -222,7 +222,7 @@ func TestValidityArithmetic(t *testing.T) {
 	clock := newFakeClock()
 	var perCall atomic.Int64 // how far each node call moves the clock
 	for _, p := range c.pools {
-		p.before = func() { clock.Advance(time.Duration(perCall.Load())) }
+		p.onGet(func() { clock.Advance(time.Duration(perCall.Load())) })
 	}
 
 	cases := []struct {
@@ -321,7 +321,7 @@ func TestExtendThatOutlivesTheWindow(t *testing.T) {
 	require.NoError(t, err)
 	old := l.Until()
 	for _, p := range c.pools {
-		p.before = func() { clock.Advance(400 * time.Millisecond) } // three calls: past the window
+		p.onGet(func() { clock.Advance(400 * time.Millisecond) }) // three calls: past the window
 	}
 	require.ErrorIs(t, l.Extend(ctx, 10*time.Second), redlock.ErrExpired)
 	assert.Equal(t, old, l.Until())
@@ -412,11 +412,11 @@ func TestUnlockBeforeSlowSetLands(t *testing.T) {
 	ctx := context.Background()
 	gate := make(chan struct{})
 	var calls atomic.Int32
-	c.pools[2].before = func() {
+	c.pools[2].onGet(func() {
 		if calls.Add(1) == 1 { // hold back only the SET
 			<-gate
 		}
-	}
+	})
 	l, err := client.TryLock(ctx, "slow", time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx)) // returns on nodes 0 and 1
@@ -438,7 +438,7 @@ func TestUnlockBeforeSetIsSent(t *testing.T) {
 	c.settle(t)
 
 	ran := make(chan string, 10)
-	c.pools[2].afterDo = func(cmd string) { ran <- cmd }
+	c.pools[2].onDone(func(cmd string) { ran <- cmd })
 	held := make(chan struct{})
 	undo := redlock.HoldNodeStart(client, 2, held)
 	l, err := client.TryLock(ctx, "unsent", time.Minute)
