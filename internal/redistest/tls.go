@@ -34,6 +34,24 @@ type TLSFiles struct {
 // keys, valid for an hour.
 func GenerateTLS(t testing.TB) *TLSFiles {
 	t.Helper()
+	return GenerateTLSFor(t, "127.0.0.1", "localhost")
+}
+
+// GenerateTLSFor is GenerateTLS with a server certificate for hosts: IP
+// addresses or DNS names. The client configuration expects the first.
+func GenerateTLSFor(t testing.TB, hosts ...string) *TLSFiles {
+	t.Helper()
+	var (
+		ips   []net.IP
+		names []string
+	)
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			names = append(names, h)
+		}
+	}
 	dir := t.TempDir()
 	now := time.Now()
 	serial := int64(1)
@@ -83,8 +101,8 @@ func GenerateTLS(t testing.TB) *TLSFiles {
 	}, nil, nil)
 	_, srvKey, srvDER := newCert(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: "redlock test server"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:    []string{"localhost"},
+		IPAddresses: ips,
+		DNSNames:    names,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}, ca, caKey)
@@ -104,7 +122,7 @@ func GenerateTLS(t testing.TB) *TLSFiles {
 		Client: &tls.Config{
 			RootCAs:      roots,
 			Certificates: []tls.Certificate{clientCert},
-			ServerName:   "127.0.0.1",
+			ServerName:   hosts[0],
 			MinVersion:   tls.VersionTLS12,
 		},
 	}
