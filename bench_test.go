@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -278,35 +277,7 @@ func BenchmarkContention(b *testing.B) {
 // shows it.
 func BenchmarkFrozenNode(b *testing.B) {
 	pools := benchNodes(b, 4)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		done  = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	b.Cleanup(func() {
-		l.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	frozen := redlock.NewPool(l.Addr().String())
+	frozen := redlock.NewPool(redistest.StartFrozen(b).Addr())
 	b.Cleanup(func() { frozen.Close() })
 	all := append([]*redis.Pool{frozen}, pools...)
 	b.Run("N=5/impl=redlock", func(b *testing.B) {

@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -96,33 +95,7 @@ func TestPipeErrorReplyStaysWithItsCall(t *testing.T) {
 // A node that never answers fails every queued command at its deadline, and
 // no caller hangs.
 func TestPipeFrozenNodeFailsEveryCallInTime(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	var mu sync.Mutex
-	accepted := make(chan struct{})
-	go func() {
-		defer close(accepted)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		l.Close()
-		<-accepted
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	rp := NewPool(l.Addr().String())
+	rp := NewPool(redistest.StartFrozen(t).Addr())
 	defer rp.Close()
 	n := &node{index: 3, pool: rp}
 

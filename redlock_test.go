@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/redistest"
 )
 
 const otherToken = "someone-else"
@@ -187,7 +188,7 @@ func TestLateMajorityCountedOnce(t *testing.T) {
 // returns within the node timeout plus slack, on the majority's answers.
 func TestFrozenNode(t *testing.T) {
 	c := newCluster(t, 4)
-	frozen := redlock.NewPool(frozenNode(t))
+	frozen := redlock.NewPool(redistest.StartFrozen(t).Addr())
 	t.Cleanup(func() { frozen.Close() })
 	pools := []redlock.Pool{c.pools[0], c.pools[1], frozen, c.pools[2], c.pools[3]}
 	const timeout = 200 * time.Millisecond

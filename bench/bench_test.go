@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/quorumlock/redlock/internal/redistest"
 )
 
 var nodeCounts = []int{1, 3, 5, 7}
@@ -84,7 +85,7 @@ func BenchmarkSlowNode(b *testing.B) {
 // deadline.
 func BenchmarkFrozenNode(b *testing.B) {
 	addrs := startNodes(b, 5)
-	frozen := startFrozen(b)
+	frozen := redistest.StartFrozen(b)
 	pools := newPools(b, append([]string{frozen.Addr()}, addrs[1:]...))
 	for _, im := range impls[1:] { // the floor waits for every node
 		b.Run(fmt.Sprintf("N=5/fault=frozen/impl=%s", im.name), func(b *testing.B) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 	"github.com/gomodule/redigo/redis"
+	"github.com/quorumlock/redlock/internal/redistest"
 )
 
 // TestRedsyncFrozenNodeWithoutReadTimeout records what redsync does when one
@@ -16,7 +17,7 @@ import (
 // waits a bounded time, then stops the frozen node to release it.
 func TestRedsyncFrozenNodeWithoutReadTimeout(t *testing.T) {
 	addrs := startNodes(t, 4)
-	frozen := startFrozen(t)
+	frozen := redistest.StartFrozen(t)
 	pools := []*redis.Pool{}
 	for _, a := range append([]string{frozen.Addr()}, addrs...) {
 		pools = append(pools, &redis.Pool{

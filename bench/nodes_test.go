@@ -2,10 +2,8 @@ package bench
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,60 +46,6 @@ func newPools(b testing.TB, addrs []string) []*redis.Pool {
 		}
 	})
 	return pools
-}
-
-// A frozenNode accepts TCP connections and never answers: a Redis master that
-// hangs (a stopped process, a full disk, a GC pause without end).
-type frozenNode struct {
-	l     net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	done  chan struct{}
-}
-
-func startFrozen(b testing.TB) *frozenNode {
-	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	f := &frozenNode{l: l, done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			f.mu.Lock()
-			f.conns = append(f.conns, c)
-			f.mu.Unlock()
-		}
-	}()
-	b.Cleanup(f.Stop)
-	return f
-}
-
-func (f *frozenNode) Addr() string { return f.l.Addr().String() }
-
-// Accepted returns how many connections the node has accepted.
-func (f *frozenNode) Accepted() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.conns)
-}
-
-// Stop closes the listener and every accepted connection, which unblocks
-// any client still waiting for a reply. It is safe to call twice.
-func (f *frozenNode) Stop() {
-	f.l.Close()
-	<-f.done
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range f.conns {
-		c.Close()
-	}
-	f.conns = nil
 }
 
 // startSlowProxy puts an in-process toxiproxy in front of upstream that
