@@ -10,15 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/benchkit"
 	"github.com/quorumlock/redlock/internal/redistest"
 )
 
@@ -54,10 +52,7 @@ func benchClient(b *testing.B, pools []*redis.Pool, opts ...redlock.Option) *red
 	return c
 }
 
-// A benchOp is one Lock+Unlock (or its floor) on key.
-type benchOp func(ctx context.Context, key string) error
-
-func benchRedlock(c *redlock.Client) benchOp {
+func benchRedlock(c *redlock.Client) benchkit.Op {
 	return func(ctx context.Context, key string) error {
 		l, err := c.TryLock(ctx, key, benchTTL)
 		if err != nil {
@@ -71,7 +66,7 @@ const benchFloorScript = `if redis.call("GET", KEYS[1]) == ARGV[1] then return r
 
 // benchFloor sends SET NX PX to every node in parallel and waits for all,
 // then the compare-and-delete script likewise.
-func benchFloor(b *testing.B, pools []*redis.Pool) benchOp {
+func benchFloor(b *testing.B, pools []*redis.Pool) benchkit.Op {
 	hash := ""
 	for _, p := range pools {
 		c := p.Get()
@@ -112,92 +107,16 @@ func benchFloor(b *testing.B, pools []*redis.Pool) benchOp {
 	}
 }
 
-// benchRecorder keeps latencies in a slice sized before the timer starts.
-type benchRecorder struct {
-	lat  []time.Duration
-	next atomic.Int64
-	errs atomic.Int64
-}
-
-func (r *benchRecorder) observe(start time.Time, err error) {
-	if i := int(r.next.Add(1) - 1); i < len(r.lat) {
-		r.lat[i] = time.Since(start)
-	}
-	if err != nil {
-		r.errs.Add(1)
-	}
-}
-
-func (r *benchRecorder) report(b *testing.B) {
-	b.StopTimer()
-	lat := r.lat[:min(int(r.next.Load()), len(r.lat))]
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	b.ReportMetric(us(lat[len(lat)/2]), "p50-µs")
-	b.ReportMetric(us(lat[len(lat)*99/100]), "p99-µs")
-	b.ReportMetric(us(lat[len(lat)-1]), "max-µs")
-	b.ReportMetric(float64(r.errs.Load())/float64(len(lat)), "fails/op")
-}
-
-var benchRun atomic.Int64
-
-func benchKeys(b *testing.B) []string {
-	prefix := "bench:" + b.Name() + ":" + strconv.FormatInt(benchRun.Add(1), 10) + ":"
-	ks := make([]string, b.N)
-	for i := range ks {
-		ks[i] = prefix + strconv.Itoa(i)
-	}
-	return ks
-}
-
-// benchParallel runs op over distinct keys with b.SetParallelism(p), that
-// is p×GOMAXPROCS goroutines, and reports ops/s besides the latencies.
-func benchParallel(b *testing.B, op benchOp, p int) {
-	ctx := context.Background()
-	ks := benchKeys(b)
-	rec := &benchRecorder{lat: make([]time.Duration, b.N)}
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(p)
-	b.ResetTimer()
-	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			key := ks[next.Add(1)-1]
-			t := time.Now()
-			rec.observe(t, op(ctx, key))
-		}
-	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
-	rec.report(b)
-}
-
-func benchSerial(b *testing.B, op benchOp) {
-	ctx := context.Background()
-	ks := benchKeys(b)
-	rec := &benchRecorder{lat: make([]time.Duration, b.N)}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t := time.Now()
-		rec.observe(t, op(ctx, ks[i]))
-	}
-	rec.report(b)
-}
-
 // BenchmarkLockUnlock: one caller, Lock+Unlock on a fresh key, against the
 // floor on the same nodes.
 func BenchmarkLockUnlock(b *testing.B) {
 	pools := benchNodes(b, 7)
 	for _, n := range []int{1, 3, 5, 7} {
 		b.Run(fmt.Sprintf("N=%d/impl=floor", n), func(b *testing.B) {
-			benchSerial(b, benchFloor(b, pools[:n]))
+			benchkit.Serial(b, benchFloor(b, pools[:n]))
 		})
 		b.Run(fmt.Sprintf("N=%d/impl=redlock", n), func(b *testing.B) {
-			benchSerial(b, benchRedlock(benchClient(b, pools[:n])))
+			benchkit.Serial(b, benchRedlock(benchClient(b, pools[:n])))
 		})
 	}
 }
@@ -209,10 +128,10 @@ func BenchmarkFencing(b *testing.B) {
 	for _, n := range []int{3, 5} {
 		plain := benchRedlock(benchClient(b, pools[:n]))
 		fenced := benchRedlock(benchClient(b, pools[:n], redlock.WithFencing()))
-		b.Run(fmt.Sprintf("N=%d/p=serial/impl=redlock", n), func(b *testing.B) { benchSerial(b, plain) })
-		b.Run(fmt.Sprintf("N=%d/p=serial/impl=fenced", n), func(b *testing.B) { benchSerial(b, fenced) })
-		b.Run(fmt.Sprintf("N=%d/p=8/impl=redlock", n), func(b *testing.B) { benchParallel(b, plain, 8) })
-		b.Run(fmt.Sprintf("N=%d/p=8/impl=fenced", n), func(b *testing.B) { benchParallel(b, fenced, 8) })
+		b.Run(fmt.Sprintf("N=%d/p=serial/impl=redlock", n), func(b *testing.B) { benchkit.Serial(b, plain) })
+		b.Run(fmt.Sprintf("N=%d/p=serial/impl=fenced", n), func(b *testing.B) { benchkit.Serial(b, fenced) })
+		b.Run(fmt.Sprintf("N=%d/p=8/impl=redlock", n), func(b *testing.B) { benchkit.Parallel(b, plain, 8) })
+		b.Run(fmt.Sprintf("N=%d/p=8/impl=fenced", n), func(b *testing.B) { benchkit.Parallel(b, fenced, 8) })
 	}
 }
 
@@ -223,10 +142,10 @@ func BenchmarkParallel(b *testing.B) {
 	for _, n := range []int{1, 3, 5, 7} {
 		for _, p := range []int{1, 8, 64} {
 			b.Run(fmt.Sprintf("N=%d/p=%d/impl=floor", n, p), func(b *testing.B) {
-				benchParallel(b, benchFloor(b, pools[:n]), p)
+				benchkit.Parallel(b, benchFloor(b, pools[:n]), p)
 			})
 			b.Run(fmt.Sprintf("N=%d/p=%d/impl=redlock", n, p), func(b *testing.B) {
-				benchParallel(b, benchRedlock(benchClient(b, pools[:n])), p)
+				benchkit.Parallel(b, benchRedlock(benchClient(b, pools[:n])), p)
 			})
 		}
 	}
@@ -241,32 +160,13 @@ func BenchmarkContention(b *testing.B) {
 		for _, k := range []int{2, 8} {
 			b.Run(fmt.Sprintf("N=%d/k=%d", n, k), func(b *testing.B) {
 				c := benchClient(b, pools[:n], redlock.WithTries(10000), redlock.WithRetryDelay(time.Millisecond, 3*time.Millisecond))
-				ctx := context.Background()
-				key := benchKeys(b)[0] + ":shared"
-				rec := &benchRecorder{lat: make([]time.Duration, b.N)}
-				var left atomic.Int64
-				left.Store(int64(b.N))
-				var wg sync.WaitGroup
-				b.ReportAllocs()
-				b.ResetTimer()
-				start := time.Now()
-				for range k {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for left.Add(-1) >= 0 {
-							t := time.Now()
-							l, err := c.Lock(ctx, key, benchTTL)
-							if err == nil {
-								err = l.Unlock(ctx)
-							}
-							rec.observe(t, err)
-						}
-					}()
-				}
-				wg.Wait()
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
-				rec.report(b)
+				benchkit.Contention(b, func(ctx context.Context, key string) error {
+					l, err := c.Lock(ctx, key, benchTTL)
+					if err == nil {
+						err = l.Unlock(ctx)
+					}
+					return err
+				}, k)
 			})
 		}
 	}
@@ -281,9 +181,9 @@ func BenchmarkFrozenNode(b *testing.B) {
 	b.Cleanup(func() { frozen.Close() })
 	all := append([]*redis.Pool{frozen}, pools...)
 	b.Run("N=5/impl=redlock", func(b *testing.B) {
-		benchSerial(b, benchRedlock(benchClient(b, all)))
+		benchkit.Serial(b, benchRedlock(benchClient(b, all)))
 	})
 	b.Run("N=5/p=8/impl=redlock", func(b *testing.B) {
-		benchParallel(b, benchRedlock(benchClient(b, all)), 8)
+		benchkit.Parallel(b, benchRedlock(benchClient(b, all)), 8)
 	})
 }

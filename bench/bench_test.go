@@ -1,14 +1,12 @@
 package bench
 
 import (
-	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/quorumlock/redlock/internal/benchkit"
 	"github.com/quorumlock/redlock/internal/redistest"
 )
 
@@ -22,7 +20,7 @@ func BenchmarkUncontended(b *testing.B) {
 	for _, n := range nodeCounts {
 		for _, im := range impls {
 			b.Run(fmt.Sprintf("N=%d/impl=%s", n, im.name), func(b *testing.B) {
-				benchSerial(b, im.new(pools[:n]))
+				benchkit.Serial(b, im.new(pools[:n]).lockUnlock)
 			})
 		}
 	}
@@ -37,7 +35,7 @@ func BenchmarkParallel(b *testing.B) {
 		for _, p := range []int{1, 8, 64} {
 			for _, im := range impls {
 				b.Run(fmt.Sprintf("N=%d/p=%d/impl=%s", n, p, im.name), func(b *testing.B) {
-					benchParallel(b, im.new(pools[:n]), p)
+					benchkit.Parallel(b, im.new(pools[:n]).lockUnlock, p)
 				})
 			}
 		}
@@ -52,7 +50,7 @@ func BenchmarkContention(b *testing.B) {
 		for _, k := range []int{2, 8} {
 			for _, im := range impls[1:] { // the floor has no retry logic
 				b.Run(fmt.Sprintf("N=%d/k=%d/impl=%s", n, k, im.name), func(b *testing.B) {
-					benchContention(b, im.new(pools[:n]), k)
+					benchkit.Contention(b, im.new(pools[:n]).handoff, k)
 				})
 			}
 		}
@@ -73,7 +71,7 @@ func BenchmarkSlowNode(b *testing.B) {
 			pools []*redis.Pool
 		}{{"none", fast}, {"slow10ms", slow}} {
 			b.Run(fmt.Sprintf("N=5/fault=%s/impl=%s", f.name, im.name), func(b *testing.B) {
-				benchSerial(b, im.new(f.pools))
+				benchkit.Serial(b, im.new(f.pools).lockUnlock)
 			})
 		}
 	}
@@ -89,74 +87,7 @@ func BenchmarkFrozenNode(b *testing.B) {
 	pools := newPools(b, append([]string{frozen.Addr()}, addrs[1:]...))
 	for _, im := range impls[1:] { // the floor waits for every node
 		b.Run(fmt.Sprintf("N=5/fault=frozen/impl=%s", im.name), func(b *testing.B) {
-			benchSerial(b, im.new(pools))
+			benchkit.Serial(b, im.new(pools).lockUnlock)
 		})
 	}
-}
-
-func benchSerial(b *testing.B, l locker) {
-	ctx := context.Background()
-	ks := keys(keyPrefix(b.Name()), b.N)
-	rec := newRecorder(b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		rec.observe(start, l.lockUnlock(ctx, ks[i]))
-	}
-	rec.report(b)
-}
-
-func benchParallel(b *testing.B, l locker, p int) {
-	ctx := context.Background()
-	ks := keys(keyPrefix(b.Name()), b.N)
-	rec := newRecorder(b.N)
-	b.ReportAllocs()
-	var next atomic.Int64
-	b.SetParallelism(p)
-	b.ResetTimer()
-	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			key := ks[next.Add(1)-1]
-			t := time.Now()
-			rec.observe(t, l.lockUnlock(ctx, key))
-		}
-	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
-	rec.report(b)
-}
-
-func benchContention(b *testing.B, l locker, k int) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	key := keyPrefix(b.Name()) + "shared"
-	rec := newRecorder(b.N)
-	var (
-		wg   sync.WaitGroup
-		left = int64(b.N)
-		mu   sync.Mutex
-	)
-	take := func() bool { // claims one of the b.N handoffs
-		mu.Lock()
-		defer mu.Unlock()
-		left--
-		return left >= 0
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	for range k {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for take() {
-				t := time.Now()
-				rec.observe(t, l.handoff(ctx, key))
-			}
-		}()
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
-	rec.report(b)
 }

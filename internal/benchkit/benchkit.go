@@ -1,0 +1,147 @@
+// Package benchkit is the measuring harness shared by the root benchmarks
+// and the peer comparison in bench/: the same loops and latency metrics for
+// every implementation, so that only the implementations differ.
+package benchkit
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// An Op is one measured operation on key: a Lock+Unlock, or its floor.
+type Op func(ctx context.Context, key string) error
+
+// Serial runs op b.N times from one goroutine, each on a fresh key.
+func Serial(b *testing.B, op Op) {
+	ctx := context.Background()
+	ks := keys(b)
+	rec := newRecorder(b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		rec.observe(start, op(ctx, ks[i]))
+	}
+	rec.report(b)
+}
+
+// Parallel runs op over distinct keys with b.SetParallelism(p), that is
+// p×GOMAXPROCS goroutines, and reports ops/s besides the latencies.
+func Parallel(b *testing.B, op Op, p int) {
+	ctx := context.Background()
+	ks := keys(b)
+	rec := newRecorder(b.N)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(p)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := ks[next.Add(1)-1]
+			t := time.Now()
+			rec.observe(t, op(ctx, key))
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	rec.report(b)
+}
+
+// Contention runs handoff b.N times in all from k goroutines, on one key, and
+// reports handoffs/s: how often the lock changes hands. handoff must retry
+// until it holds the key; the whole run is bounded by a minute.
+func Contention(b *testing.B, handoff Op, k int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := keyPrefix(b) + "shared"
+	rec := newRecorder(b.N)
+	var (
+		wg   sync.WaitGroup
+		left atomic.Int64
+	)
+	left.Store(int64(b.N))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 { // claims one of the b.N handoffs
+				t := time.Now()
+				rec.observe(t, handoff(ctx, key))
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
+	rec.report(b)
+}
+
+// A recorder keeps every operation's latency in a slice sized before the
+// timer starts, so recording allocates nothing inside the measured loop.
+type recorder struct {
+	lat  []time.Duration
+	next atomic.Int64
+	errs atomic.Int64
+	last atomic.Value // error
+}
+
+func newRecorder(n int) *recorder { return &recorder{lat: make([]time.Duration, n)} }
+
+// observe records one operation that started at start and returned err.
+func (r *recorder) observe(start time.Time, err error) {
+	d := time.Since(start)
+	if i := r.next.Add(1) - 1; int(i) < len(r.lat) {
+		r.lat[i] = d
+	}
+	if err != nil {
+		r.errs.Add(1)
+		r.last.Store(err)
+	}
+}
+
+// report adds p50, p99 and max latency to b's results, and the fraction of
+// operations that failed, which also count in the latencies. A failure is a
+// result, not a harness error: a node timeout under overload is the library
+// doing its job.
+func (r *recorder) report(b *testing.B) {
+	b.StopTimer()
+	n := min(int(r.next.Load()), len(r.lat))
+	if n == 0 {
+		return
+	}
+	lat := r.lat[:n]
+	slices.Sort(lat)
+	b.ReportMetric(us(lat[n/2]), "p50-µs")
+	b.ReportMetric(us(lat[(n*99)/100]), "p99-µs")
+	b.ReportMetric(us(lat[n-1]), "max-µs")
+	b.ReportMetric(float64(r.errs.Load())/float64(n), "fails/op")
+	if e := r.errs.Load(); e > 0 {
+		b.Logf("%d of %d operations failed; last: %v", e, n, r.last.Load())
+	}
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// keys returns b.N distinct keys, made before the timer starts.
+func keys(b *testing.B) []string {
+	prefix := keyPrefix(b)
+	ks := make([]string, b.N)
+	for i := range ks {
+		ks[i] = prefix + strconv.Itoa(i)
+	}
+	return ks
+}
+
+// runID makes keys unique across the repeated runs of one benchmark.
+var runID atomic.Int64
+
+func keyPrefix(b *testing.B) string {
+	return "bench:" + b.Name() + ":" + strconv.FormatInt(runID.Add(1), 10) + ":"
+}
