@@ -113,12 +113,7 @@ func TestRealExtend(t *testing.T) {
 	// Lock returns on a majority. Let the other SETs land first: an Extend
 	// that overtakes a SET still in flight on another connection finds no
 	// key there, and the SET then sets the old ttl.
-	for i, addr := range addrs {
-		conn := realConn(t, addr)
-		if !realEventually(2*time.Second, func() bool { return realGet(t, conn, key) == l.Value() }) {
-			t.Fatalf("node %d never got the token", i)
-		}
-	}
+	realAwaitToken(t, addrs, key, l.Value())
 	before := l.Until()
 	if err := l.Extend(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -158,12 +153,7 @@ func TestRealOnlyOwnToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, addr := range addrs {
-		conn := realConn(t, addr)
-		if !realEventually(2*time.Second, func() bool { return realGet(t, conn, key) == l.Value() }) {
-			t.Fatalf("node %d never got the token", i)
-		}
-	}
+	realAwaitToken(t, addrs, key, l.Value())
 	// Another holder on nodes 3 and 4, with a short ttl.
 	for _, addr := range addrs[3:] {
 		if _, err := realConn(t, addr).Do("SET", key, "intruder", "PX", 5000); err != nil {

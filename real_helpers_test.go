@@ -108,6 +108,19 @@ func realEventually(timeout time.Duration, cond func() bool) bool {
 	}
 }
 
+// realAwaitToken waits until every node holds key with token. Lock returns
+// on a majority; tests that inspect every node let the other SETs land
+// first.
+func realAwaitToken(t *testing.T, addrs []string, key, token string) {
+	t.Helper()
+	for i, addr := range addrs {
+		conn := realConn(t, addr)
+		if !realEventually(2*time.Second, func() bool { return realGet(t, conn, key) == token }) {
+			t.Fatalf("node %d never got the token", i)
+		}
+	}
+}
+
 // realTimed returns how long f took.
 func realTimed(f func()) time.Duration {
 	start := time.Now()
