@@ -133,7 +133,10 @@ func causeOrder(err error) int {
 //     the same goroutine, so the undo follows the op. The undo has a fresh
 //     node timeout that survives ctx's cancellation, and fanout waits for it,
 //     at most that long, before returning; the error then counts every
-//     node's answer, including those that came after the verdict.
+//     node's answer, including those that came after the verdict. A node
+//     whose op returns after that gets a node timeout of its own for the
+//     undo, in the background. With r.undoAll, every node runs r.undo; r.lost
+//     runs once, before any undo is sent.
 //
 // A round therefore takes at most one node timeout, plus one more for the
 // undo of a lost acquisition.
@@ -233,10 +236,10 @@ vote:
 	}
 
 	shared.lost = !won
-	if shared.lost && r.lost != nil {
-		r.lost()
-	}
 	if shared.lost {
+		if r.lost != nil {
+			r.lost()
+		}
 		shared.undoDeadline = time.Now().Add(c.nodeTimeout)
 		var cancelUndo context.CancelFunc
 		shared.undoCtx, cancelUndo = context.WithDeadline(context.WithoutCancel(ctx), shared.undoDeadline)
