@@ -458,10 +458,10 @@ func (l *Lock) expire() {
 // If the lock's validity has already passed, or it was released, Extend
 // returns ErrExpired and sends nothing. If a majority agrees only after it
 // has passed, Extend returns ErrExpired too; Until never moves forward once
-// it has passed. If no majority extends in time, it
-// returns an error wrapping ErrNotObtained; the lock stays valid until the
-// earlier of its old and its new deadline, because nodes that did extend now
-// hold the new ttl. Extend takes at most one node timeout.
+// it has passed. If no majority extends in time, it returns an error
+// wrapping ErrNotObtained, and Until becomes the earlier of the old and the
+// new deadline: the holder asked for no more than ttl from now. Extend takes
+// at most one node timeout.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	c := l.client
 	ttl, err := c.check(ctx, l.key, ttl)
@@ -494,8 +494,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.setUntilLocked(until)
 		return nil
 	default:
-		// A lost extension may still have shortened the key on any node it
-		// reached, including those whose reply was lost.
+		// Keys are never shortened (PEXPIRE GT), so the old window still
+		// holds; but the holder asked for no more than ttl from now.
 		if until.Before(l.until) {
 			l.setUntilLocked(until)
 		}
@@ -516,10 +516,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // because its releases may have reached a majority whose replies were lost.
 // If fewer than a majority confirm, it returns an error with the per-node
 // causes; the key expires on the silent nodes at its ttl, and Unlock may be
-// called again. If the lock's
-// validity had already passed, the release is still sent, but Unlock returns
-// ErrExpired: the holder must learn that its critical section may not have
-// been exclusive. Unlock takes at most one node timeout.
+// called again. If the lock's validity had already passed, the release is
+// still sent, but Unlock returns ErrExpired: the holder must learn that its
+// critical section may not have been exclusive. Unlock takes at most one
+// node timeout.
 func (l *Lock) Unlock(ctx context.Context) error {
 	c := l.client
 	if ctx == nil {
