@@ -23,12 +23,12 @@ import (
 const benchTTL = 10 * time.Second
 
 // benchNodes starts n redis-server processes and returns one NewPool each.
-func benchNodes(b *testing.B, n int) []*redis.Pool {
+func benchNodes(b *testing.B, n int) []*redlock.RedigoPool {
 	b.Helper()
 	if ok, why := redistest.Available(); !ok {
 		b.Skip("no Redis nodes to benchmark against: " + why)
 	}
-	pools := make([]*redis.Pool, n)
+	pools := make([]*redlock.RedigoPool, n)
 	for i, s := range redistest.StartN(b, n) {
 		pools[i] = redlock.NewPool(s.Addr)
 	}
@@ -40,7 +40,7 @@ func benchNodes(b *testing.B, n int) []*redis.Pool {
 	return pools
 }
 
-func benchClient(b *testing.B, pools []*redis.Pool, opts ...redlock.Option) *redlock.Client {
+func benchClient(b *testing.B, pools []*redlock.RedigoPool, opts ...redlock.Option) *redlock.Client {
 	ps := make([]redlock.Pool, len(pools))
 	for i, p := range pools {
 		ps[i] = p
@@ -66,7 +66,7 @@ const benchFloorScript = `if redis.call("GET", KEYS[1]) == ARGV[1] then return r
 
 // benchFloor sends SET NX PX to every node in parallel and waits for all,
 // then the compare-and-delete script likewise.
-func benchFloor(b *testing.B, pools []*redis.Pool) benchkit.Op {
+func benchFloor(b *testing.B, pools []*redlock.RedigoPool) benchkit.Op {
 	hash := ""
 	for _, p := range pools {
 		c := p.Get()
@@ -179,7 +179,7 @@ func BenchmarkFrozenNode(b *testing.B) {
 	pools := benchNodes(b, 4)
 	frozen := redlock.NewPool(redistest.StartFrozen(b).Addr())
 	b.Cleanup(func() { frozen.Close() })
-	all := append([]*redis.Pool{frozen}, pools...)
+	all := append([]*redlock.RedigoPool{frozen}, pools...)
 	b.Run("N=5/impl=redlock", func(b *testing.B) {
 		benchkit.Serial(b, benchRedlock(benchClient(b, all)))
 	})

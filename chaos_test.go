@@ -261,7 +261,7 @@ func TestChaosMajorityKilled(t *testing.T) {
 		t.Errorf("error names nodes %v, want the dead ones %v: %v", got, dead, err)
 	}
 	for _, i := range dead {
-		if !strings.Contains(err.Error(), "node "+strconv.Itoa(i)+":") {
+		if !strings.Contains(err.Error(), "node "+strconv.Itoa(i)+" ("+c.Nodes[i].Addr+"):") {
 			t.Errorf("message does not name node %d: %v", i, err)
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/redlock"
@@ -21,7 +20,7 @@ import (
 type doNodes struct {
 	t     testing.TB
 	nodes []*miniredis.Miniredis
-	pools []*redis.Pool
+	pools []*redlock.RedigoPool
 }
 
 func doStart(t testing.TB, n int) *doNodes {

@@ -32,12 +32,17 @@ var (
 // Errors returned by this package hold one NodeError per failed node;
 // reach them with errors.As.
 type NodeError struct {
-	Node int   // index of the node's pool in the slice passed to New
-	Err  error // the cause: a dial, I/O or Redis error, or ErrNodeTimeout
+	Node int    // index of the node's pool in the slice passed to New
+	Addr string // the node's address, if its Pool is a Namer; else ""
+	Err  error  // the cause: a dial or I/O error, a ReplyError, or ErrNodeTimeout
 }
 
 func (e *NodeError) Error() string {
-	return fmt.Sprintf("redlock: node %d: %s", e.Node, strings.TrimPrefix(e.Err.Error(), "redlock: "))
+	cause := strings.TrimPrefix(e.Err.Error(), "redlock: ")
+	if e.Addr == "" {
+		return fmt.Sprintf("redlock: node %d: %s", e.Node, cause)
+	}
+	return fmt.Sprintf("redlock: node %d (%s): %s", e.Node, e.Addr, cause)
 }
 
 func (e *NodeError) Unwrap() error { return e.Err }

@@ -84,7 +84,7 @@ func TestFencingIgnoresCounterAhead(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, warm.Unlock(context.Background()))
 	c.settle(t)
-	require.NoError(t, c.nodes[2].Set("redlock:fence:k", "5")) // another holder's token
+	require.NoError(t, c.nodes[2].Set("redlock:fence:{k}", "5")) // another holder's token
 	gate := make(chan struct{})
 	var calls1, calls2 atomic.Int32
 	c.pools[2].onGet(func() {
@@ -113,7 +113,7 @@ func TestNoFencingByDefault(t *testing.T) {
 	assert.Zero(t, l.Token())
 	c.settle(t)
 	for _, m := range c.nodes {
-		assert.False(t, m.Exists("redlock:fence:k"), "a counter was written without WithFencing")
+		assert.False(t, m.Exists("redlock:fence:{k}"), "a counter was written without WithFencing")
 	}
 }
 

@@ -40,14 +40,14 @@ var (
 )
 
 // A faultPool wraps a real pool and injects one fault at a time. It counts
-// the connections asked of it, so tests can assert that no call was made.
+// the batches sent through it, so tests can assert that no call was made.
 type faultPool struct {
 	inner   redlock.Pool
 	fault   atomic.Int32
 	gets    atomic.Int32
 	thaw    chan struct{}                    // closed when the test ends; releases stuck calls
-	before  atomic.Pointer[func()]           // if set, runs at the start of every GetContext
-	afterDo atomic.Pointer[func(cmd string)] // if set, runs after each DoWithTimeout returns
+	before  atomic.Pointer[func()]           // if set, runs at the start of every Exec
+	afterDo atomic.Pointer[func(cmd string)] // if set, runs for each command once its batch is answered
 }
 
 // onGet and onDone set the hooks. They are atomic, because node calls left in
@@ -57,71 +57,41 @@ func (p *faultPool) onDone(f func(cmd string)) { p.afterDo.Store(&f) }
 
 func (p *faultPool) set(f fault) { p.fault.Store(int32(f)) }
 
-func (p *faultPool) GetContext(ctx context.Context) (redis.Conn, error) {
+func (p *faultPool) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
 	p.gets.Add(1)
 	if f := p.before.Load(); f != nil {
 		(*f)()
 	}
 	switch fault(p.fault.Load()) {
 	case failing:
-		return nil, errNodeDown
+		return errNodeDown
 	case hanging:
 		<-ctx.Done()
-		return nil, ctx.Err()
+		return ctx.Err()
 	case stuck:
 		<-p.thaw
-		return nil, errNodeDown
-	case lostReply:
-		conn, err := p.inner.GetContext(ctx)
-		if err != nil {
-			return nil, err
+		return errNodeDown
+	case lostReply: // the node runs the commands, and the replies are lost
+		if err := p.inner.Exec(ctx, cmds, replies); err != nil {
+			return err
 		}
-		return lostReplyConn{conn.(redis.ConnWithTimeout)}, nil
+		return errLostReply
 	case errorReply:
-		conn, err := p.inner.GetContext(ctx)
-		if err != nil {
-			return nil, err
+		// Like redigo, which returns an error reply as both a value and an
+		// error: the value must not count.
+		e := redis.Error("NOPERM this user has no permissions to run this command")
+		for i := range replies {
+			replies[i] = redlock.Reply{Value: e, Err: redlock.ReplyError(e)}
 		}
-		return errorReplyConn{conn.(redis.ConnWithTimeout)}, nil
+		return nil
 	}
-	conn, err := p.inner.GetContext(ctx)
-	after := p.afterDo.Load()
-	if err != nil || after == nil {
-		return conn, err
+	err := p.inner.Exec(ctx, cmds, replies)
+	if after := p.afterDo.Load(); after != nil && err == nil {
+		for _, c := range cmds {
+			(*after)(c.Name)
+		}
 	}
-	return notifyConn{conn.(redis.ConnWithTimeout), *after}, nil
-}
-
-// notifyConn reports each command it has run, once the reply is in.
-type notifyConn struct {
-	redis.ConnWithTimeout
-	after func(cmd string)
-}
-
-func (c notifyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	defer c.after(cmd)
-	return c.ConnWithTimeout.DoWithTimeout(d, cmd, args...)
-}
-
-// lostReplyConn runs each command and then reports a lost reply, as when a
-// connection breaks after the node acted.
-type lostReplyConn struct{ redis.ConnWithTimeout }
-
-func (c lostReplyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	if _, err := c.ConnWithTimeout.DoWithTimeout(d, cmd, args...); err != nil {
-		return nil, err
-	}
-	return nil, errLostReply
-}
-
-// errorReplyConn answers like a node that refuses the command (an ACL
-// without the permission, OOM, LOADING): redigo returns such a reply as both
-// a non-nil reply and an error.
-type errorReplyConn struct{ redis.ConnWithTimeout }
-
-func (errorReplyConn) DoWithTimeout(time.Duration, string, ...any) (any, error) {
-	e := redis.Error("NOPERM this user has no permissions to run this command")
-	return e, e
+	return err
 }
 
 // A cluster is n in-process Redis nodes (miniredis), each behind a faultPool.

@@ -2,58 +2,73 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // Pipelining: concurrent callers share round trips to a node.
 //
 // With many locks in flight, a client spends most of its time in system
 // calls: one write and one read per command, on each side, plus a dial
-// whenever more commands are in flight than the pool keeps idle. So a node
-// has at most one batch on the wire. A command that finds the node busy
-// joins the queue, and the next batch carries everything queued meanwhile,
-// written at once on one borrowed connection with the replies read back in
-// order. This is group commit: nothing runs in the background; the first
-// caller in line sends the batch, and each batch borrows its connection
-// from the user's Pool and returns it. A command alone is sent exactly as
-// before the pipe existed: one DoWithTimeout on one borrowed connection.
+// whenever more commands are in flight than the pool keeps idle. So each
+// node has a few lanes, and a lane has at most one batch on the wire. A
+// command that finds its lane busy joins the lane's queue, and the next
+// batch carries everything queued meanwhile, handed to the Pool's Exec at
+// once and answered in order. This is group commit: nothing runs in the
+// background; the first caller in line sends the batch. A command alone is
+// sent alone, at once.
+//
+// Lanes: a command goes to the lane of its key (laneOf), so the commands of
+// one lock (its SET, Extends and release) keep their order on the node,
+// while callers on different keys rarely wait for each other: at low
+// concurrency each gets a lane of its own and goes straight to the wire; at
+// high concurrency every lane carries batches. With one lane per node, a
+// second caller would queue behind the first even with the node idle.
 //
 // Bounds, given that fanout stops waiting for a node at its deadline anyway:
 //   - A command whose deadline passed while it queued is not sent; it fails
 //     with ErrNodeTimeout.
-//   - A batch's replies are read until the latest deadline among its
-//     commands, and its connection is borrowed with the context of the
-//     command that has that deadline. A queued command therefore waits at
-//     most for the batch ahead of it and then its own, each bounded by
-//     deadlines set at most one node timeout earlier (as long as the Pool
-//     honours the context of GetContext, and the connection its write
-//     timeout).
-//   - A reply that does not arrive fails every command of its batch. The
-//     connection is then broken, and the Pool discards it on Close.
+//   - A batch goes to Exec with the context of the command that has the
+//     latest deadline, which that context carries. A queued command
+//     therefore waits at most for the batch ahead of it and then its own,
+//     each bounded by deadlines set at most one node timeout earlier, as
+//     long as the Pool returns by its context's deadline. If it does not,
+//     fanout has stopped waiting anyway; only the lane stays busy.
+//   - An error from Exec fails every command of its batch.
+
+// lanes is how many pipe lanes each node has. Two keys share a lane with
+// probability 1/lanes.
+const lanes = 16
+
+// laneOf returns key's lane: its FNV-1a hash, modulo lanes.
+func laneOf(key string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % lanes)
+}
 
 // A call is one command waiting for its reply. Each pipe recycles its own
 // calls, so that the hot path does not allocate and no call (nor its
 // channel) is shared between clients.
 type call struct {
-	cmd      string
-	args     []any
+	cmd      Command
+	args     []any // cmd.Args' storage, the call's own
 	deadline time.Time
 	ctx      context.Context
 
-	reply any
-	err   error
+	reply Reply
+	late  bool // the deadline had passed when its batch went out: not sent
 
 	done  chan struct{} // receives once: the call was answered, or it leads
 	lead  []*call       // when woken to lead: the batch to send
 	alone [1]*call      // the batch of a call sent alone: itself
 
 	// unsent, if set, has bit to clear the moment the call takes its place
-	// in the pipe: from then on, any later command to this node follows it.
+	// in the pipe: from then on, any later command to this lane follows it.
 	unsent *atomic.Uint64
 	bit    uint64
 }
@@ -61,8 +76,9 @@ type call struct {
 // maxFreeCalls bounds the calls a pipe keeps for reuse after a burst.
 const maxFreeCalls = 256
 
-// newCall returns a call for cmd, recycled if the pipe has one.
-func (p *pipe) newCall(ctx context.Context, deadline time.Time, cmd string, args []any) *call {
+// newCall returns a call for cmd, recycled if the pipe has one. It copies
+// cmd's arguments, so that cmd itself can live on the caller's stack.
+func (p *pipe) newCall(ctx context.Context, deadline time.Time, cmd Command) *call {
 	p.mu.Lock()
 	var c *call
 	if n := len(p.free); n > 0 {
@@ -72,8 +88,10 @@ func (p *pipe) newCall(ctx context.Context, deadline time.Time, cmd string, args
 	if c == nil {
 		c = &call{done: make(chan struct{}, 1)}
 	}
-	c.ctx, c.deadline, c.cmd = ctx, deadline, cmd
-	c.args = append(c.args[:0], args...)
+	c.ctx, c.deadline = ctx, deadline
+	c.args = append(c.args[:0], cmd.Args...)
+	c.cmd = cmd
+	c.cmd.Args = c.args
 	return c
 }
 
@@ -81,7 +99,7 @@ func (p *pipe) newCall(ctx context.Context, deadline time.Time, cmd string, args
 func (p *pipe) recycle(c *call) {
 	clear(c.args)
 	c.alone[0] = nil
-	c.ctx, c.reply, c.err, c.unsent = nil, nil, nil, nil
+	c.cmd, c.ctx, c.reply, c.late, c.unsent = Command{}, nil, Reply{}, false, nil
 	p.mu.Lock()
 	if len(p.free) < maxFreeCalls {
 		p.free = append(p.free, c)
@@ -89,7 +107,7 @@ func (p *pipe) recycle(c *call) {
 	p.mu.Unlock()
 }
 
-// A pipe orders one node's commands into batches. The zero value is an idle
+// A pipe orders one lane's commands into batches. The zero value is an idle
 // pipe.
 type pipe struct {
 	mu    sync.Mutex
@@ -97,6 +115,11 @@ type pipe struct {
 	queue []*call // commands for the next batch
 	spare []*call // the last batch's buffer, for the queue after next
 	free  []*call // answered calls, for reuse
+
+	// The running batch's commands and replies, owned by whoever runs it
+	// (one at a time: busy).
+	cmds    []Command
+	replies []Reply
 }
 
 // send sends c through pool and sets its reply, waiting at most as the
@@ -122,11 +145,11 @@ func (p *pipe) send(pool Pool, c *call) {
 	p.run(pool, c.alone[:], c, false)
 }
 
-// run sends batch, answers every call in it, and hands the node to the
+// run sends batch, answers every call in it, and hands the lane to the
 // next batch. self is the caller's own call, which needs no wake-up; queued
 // says that batch is the pipe's buffer, to be reused.
 func (p *pipe) run(pool Pool, batch []*call, self *call, queued bool) {
-	exchange(pool, batch)
+	p.exchange(pool, batch)
 	for _, c := range batch {
 		if c != self {
 			c.done <- struct{}{}
@@ -147,7 +170,7 @@ func (p *pipe) run(pool Pool, batch []*call, self *call, queued bool) {
 	p.queue, p.spare = p.spare, nil
 	p.mu.Unlock()
 
-	// The call that may wait longest leads: its context bounds the borrow.
+	// The call that may wait longest leads: its context bounds the batch.
 	leader := next[0]
 	for _, c := range next[1:] {
 		if c.deadline.After(leader.deadline) {
@@ -158,77 +181,50 @@ func (p *pipe) run(pool Pool, batch []*call, self *call, queued bool) {
 	leader.done <- struct{}{}
 }
 
-// exchange sends the live calls of batch on one connection from pool and
-// sets every call's reply or error.
-func exchange(pool Pool, batch []*call) {
+// exchange hands the live calls of batch to pool.Exec and sets every call's
+// reply. A call whose deadline has passed is not sent; it fails with
+// ErrNodeTimeout.
+func (p *pipe) exchange(pool Pool, batch []*call) {
 	now := time.Now()
 	var last *call // the live call with the latest deadline
-	live := 0
+	cmds := p.cmds[:0]
 	for _, c := range batch {
 		if !now.Before(c.deadline) {
-			c.err = ErrNodeTimeout
+			c.late, c.reply = true, Reply{Err: ErrNodeTimeout}
 			continue
 		}
-		live++
+		cmds = append(cmds, c.cmd)
 		if last == nil || c.deadline.After(last.deadline) {
 			last = c
 		}
 	}
-	if live == 0 {
+	if last == nil {
 		return
 	}
-	conn, err := pool.GetContext(last.ctx)
-	if err != nil {
-		failLive(batch, err)
-		return
+	replies := p.replies[:0]
+	for range cmds {
+		replies = append(replies, Reply{})
 	}
-	defer conn.Close()
+	p.cmds, p.replies = cmds, replies
+	defer func() { clear(cmds); clear(replies) }() // drop the references
 
-	if live == 1 {
-		last.reply, last.err = doUntil(conn, last.deadline, last.cmd, last.args...)
-		return
+	ctx := last.ctx
+	if d, ok := ctx.Deadline(); !ok || d.After(last.deadline) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, last.deadline)
+		defer cancel()
 	}
+	err := pool.Exec(ctx, cmds, replies)
+	i := 0
 	for _, c := range batch {
-		if c.err == nil {
-			if err := conn.Send(c.cmd, c.args...); err != nil {
-				failLive(batch, err)
-				return
-			}
-		}
-	}
-	// Flush and read even if the deadline passed during the sends: commands
-	// left pending would make Close wait for their replies with the
-	// connection's own read timeout. A read that times out breaks the
-	// connection instead, and the Pool discards it.
-	wait := max(time.Until(last.deadline), time.Nanosecond)
-	replies, err := redis.Values(redis.DoWithTimeout(conn, wait, ""))
-	if err == nil && len(replies) != live {
-		err = errPipeReplies
-	}
-	if err != nil {
-		failLive(batch, err)
-		return
-	}
-	for _, c := range batch {
-		if c.err != nil {
+		if c.late {
 			continue
 		}
-		if rerr, ok := replies[0].(redis.Error); ok {
-			c.err = rerr // as DoWithTimeout reports an error reply
+		if err != nil {
+			c.reply = Reply{Err: err}
 		} else {
-			c.reply = replies[0]
+			c.reply = replies[i]
 		}
-		replies = replies[1:]
-	}
-}
-
-var errPipeReplies = errors.New("redlock: pipelined reply count does not match")
-
-// failLive sets err on every call of batch that was sent.
-func failLive(batch []*call, err error) {
-	for _, c := range batch {
-		if c.err == nil {
-			c.err = err
-		}
+		i++
 	}
 }

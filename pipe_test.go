@@ -8,23 +8,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock/internal/redistest"
 )
 
-// countingPool counts the connections borrowed from a Pool.
+// countingPool counts the batches sent through a Pool.
 type countingPool struct {
 	Pool
 	mu      sync.Mutex
 	borrows int
 }
 
-func (p *countingPool) GetContext(ctx context.Context) (redis.Conn, error) {
+func (p *countingPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
 	p.mu.Lock()
 	p.borrows++
 	p.mu.Unlock()
-	return p.Pool.GetContext(ctx)
+	return p.Pool.Exec(ctx, cmds, replies)
 }
+
+func cmd(name string, args ...any) Command { return Command{Name: name, Args: args} }
 
 // Every concurrent caller gets its own reply, in batches that share
 // connections.
@@ -33,7 +34,7 @@ func TestPipeRepliesReachTheirCallers(t *testing.T) {
 	rp := NewPool(s.Addr)
 	defer rp.Close()
 	pool := &countingPool{Pool: rp}
-	n := &node{pool: pool}
+	n := newNode(0, pool)
 
 	const callers, rounds = 32, 20
 	var wg sync.WaitGroup
@@ -44,8 +45,8 @@ func TestPipeRepliesReachTheirCallers(t *testing.T) {
 			defer wg.Done()
 			for r := range rounds {
 				want := strconv.Itoa(g) + ":" + strconv.Itoa(r)
-				reply, err := n.command(context.Background(), time.Now().Add(time.Second), "ECHO", want)
-				if got, _ := redis.String(reply, err); got != want {
+				reply, err := n.command(context.Background(), time.Now().Add(time.Second), cmd("ECHO", want))
+				if got, _ := reply.(string); err != nil || got != want {
 					errs <- errors.New("ECHO " + want + " got " + got)
 					return
 				}
@@ -68,7 +69,7 @@ func TestPipeErrorReplyStaysWithItsCall(t *testing.T) {
 	s := redistest.Start(t)
 	rp := NewPool(s.Addr)
 	defer rp.Close()
-	n := &node{pool: rp}
+	n := newNode(0, rp)
 
 	var wg sync.WaitGroup
 	for g := range 16 {
@@ -77,14 +78,13 @@ func TestPipeErrorReplyStaysWithItsCall(t *testing.T) {
 			defer wg.Done()
 			deadline := time.Now().Add(time.Second)
 			if g%2 == 0 {
-				_, err := n.command(context.Background(), deadline, "NOSUCHCOMMAND")
-				var rerr redis.Error
-				if !errors.As(err, &rerr) {
-					t.Errorf("bad command: err = %v, want a redis.Error", err)
+				_, err := n.command(context.Background(), deadline, cmd("NOSUCHCOMMAND"))
+				if replyCode(err) != "ERR" {
+					t.Errorf("bad command: err = %v, want a ReplyError", err)
 				}
 				return
 			}
-			if reply, err := redis.String(n.command(context.Background(), deadline, "PING")); reply != "PONG" || err != nil {
+			if reply, err := n.command(context.Background(), deadline, cmd("PING")); reply != "PONG" || err != nil {
 				t.Errorf("PING = %q, %v", reply, err)
 			}
 		}()
@@ -97,7 +97,7 @@ func TestPipeErrorReplyStaysWithItsCall(t *testing.T) {
 func TestPipeFrozenNodeFailsEveryCallInTime(t *testing.T) {
 	rp := NewPool(redistest.StartFrozen(t).Addr())
 	defer rp.Close()
-	n := &node{index: 3, pool: rp}
+	n := newNode(3, rp)
 
 	const timeout = 50 * time.Millisecond
 	start := time.Now()
@@ -106,10 +106,10 @@ func TestPipeFrozenNodeFailsEveryCallInTime(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := n.command(context.Background(), time.Now().Add(timeout), "PING")
+			_, err := n.command(context.Background(), time.Now().Add(timeout), cmd("PING"))
 			var nerr *NodeError
-			if !errors.As(err, &nerr) || nerr.Node != 3 || !errors.Is(err, ErrNodeTimeout) {
-				t.Errorf("err = %v, want a NodeError for node 3 with ErrNodeTimeout", err)
+			if !errors.As(err, &nerr) || nerr.Node != 3 || nerr.Addr != rp.Addr || !errors.Is(err, ErrNodeTimeout) {
+				t.Errorf("err = %v, want a NodeError for node 3 at %s with ErrNodeTimeout", err, rp.Addr)
 			}
 		}()
 	}
@@ -123,8 +123,8 @@ func TestPipeFrozenNodeFailsEveryCallInTime(t *testing.T) {
 // A command whose deadline has passed is not sent.
 func TestPipeSkipsExpiredCalls(t *testing.T) {
 	pool := &countingPool{Pool: failingPool{}}
-	n := &node{pool: pool}
-	_, err := n.command(context.Background(), time.Now().Add(-time.Millisecond), "PING")
+	n := newNode(0, pool)
+	_, err := n.command(context.Background(), time.Now().Add(-time.Millisecond), cmd("PING"))
 	if !errors.Is(err, ErrNodeTimeout) {
 		t.Errorf("err = %v, want ErrNodeTimeout", err)
 	}
@@ -135,16 +135,16 @@ func TestPipeSkipsExpiredCalls(t *testing.T) {
 
 type failingPool struct{}
 
-func (failingPool) GetContext(context.Context) (redis.Conn, error) {
-	return nil, errors.New("no connection")
+func (failingPool) Exec(context.Context, []Command, []Reply) error {
+	return errors.New("no connection")
 }
 
-// hangingPool never lends a connection and ignores ctx, until released.
+// hangingPool never answers and ignores ctx, until released.
 type hangingPool struct{ release chan struct{} }
 
-func (p hangingPool) GetContext(context.Context) (redis.Conn, error) {
+func (p hangingPool) Exec(context.Context, []Command, []Reply) error {
 	<-p.release
-	return nil, errors.New("released")
+	return errors.New("released")
 }
 
 // The coordinator bounds every round by the node timeout even when a Pool

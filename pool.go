@@ -6,69 +6,157 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
-// A Pool is the port to one independent Redis master: it lends connections.
-// Redigo's *redis.Pool satisfies it, so existing pools can be passed to New.
+// The port to one Redis master.
 //
-// The connections it returns must implement redis.ConnWithTimeout, as
-// redigo's do: every command is sent with a read deadline. They should also
-// have a write timeout (redis.DialWriteTimeout; NewPool sets one): a write
-// that blocks holds up the node's later commands. Redlock does not rely on
-// the Pool to honour the context's deadline; a node that does not answer in
-// time is counted as failed and left to finish in the background.
+// The core speaks to each master through a Pool, which moves a batch of
+// commands to the server and brings the replies back, and nothing more:
+// every policy stays on this side of the port, as database/sql keeps pooling
+// and retries out of its drivers.
+//
+//   - Deadlines: the core gives each batch a ctx whose deadline is the node
+//     timeout, and stops waiting at that deadline whatever the Pool does. A
+//     Pool that honours ctx frees its connection sooner; one that does not
+//     costs a goroutine until its driver gives up, never a caller's time.
+//   - Batching: the core groups the commands that concurrent callers send to
+//     one master into batches (pipe.go) and keeps the order of commands on
+//     the same key. A Pool sends a batch as one pipeline where its driver
+//     can, or one command after another on one connection.
+//   - Replies: the core decides what a reply means (classify). An error
+//     reply is never agreement, whatever the driver made of it.
+//   - Retries, undo and early return: the core's alone (quorum.go).
+//
+// Optional capabilities are found by type assertion, as database/sql finds
+// driver.Pinger: a Pool that also implements Namer names its master in
+// errors, and one that implements Subscriber can wake waiters on release.
+
+// A Pool is the port to one independent Redis master. Implementations must
+// be safe for concurrent use.
+//
+// Adapters exist for redigo (RedigoPool, made by NewPool), and, each in its
+// own module, for go-redis (github.com/quorumlock/redlock/goredis), rueidis
+// (.../rueidis) and valkey-go (.../valkeygo). The conformance kit in
+// github.com/quorumlock/redlock/redlocktest checks a new one.
 type Pool interface {
-	GetContext(ctx context.Context) (redis.Conn, error)
+	// Exec sends cmds to the master, in order, and sets replies[i] to the
+	// reply to cmds[i]; len(replies) == len(cmds) >= 1. It sends them as one
+	// pipeline where it can; the core never asks for a transaction.
+	//
+	// A reply is stored as the server sent it: Reply.Value holds a status or
+	// bulk string (string or []byte), an integer (int64), an array ([]any)
+	// or nil for a null reply, and Reply.Err holds an error reply as a
+	// ReplyError. An error that ends the whole batch (no connection, a
+	// broken one, a timeout) is returned instead, and then replies are
+	// ignored.
+	//
+	// ctx always has a deadline. Exec should return by then; the core does
+	// not wait for it past that.
+	Exec(ctx context.Context, cmds []Command, replies []Reply) error
 }
 
-// Production defaults for NewPool. They are a backstop for connections that
-// linger after Redlock stopped waiting for them; the per-call bound is the
-// client's node timeout.
-const (
-	poolIOTimeout   = time.Second
-	poolMaxIdle     = 64
-	poolIdleTimeout = 5 * time.Minute
-	poolCheckIdle   = 30 * time.Second // PING connections idle longer than this
-)
+// A Command is one Redis command: Name, such as "SET" or "EVALSHA", and Args,
+// each a string, a []byte or an int64. Args[FirstKey:FirstKey+NumKeys] are
+// the keys it touches, contiguous, for drivers that route commands by key
+// (Redis Cluster); NumKeys is 0 for a command without keys.
+type Command struct {
+	Name              string
+	Args              []any
+	FirstKey, NumKeys int
+}
 
-// NewPool returns a connection pool for the Redis master at addr ("host:port")
-// with defaults suited to a lock client: one-second connect, TLS handshake, read
-// and write timeouts; up to 64 idle connections, closed after five idle
-// minutes; and a PING on borrow for connections idle longer than 30 seconds.
-//
-// opts are applied after the defaults and so override them. TLS
-// (redis.DialUseTLS, redis.DialTLSConfig) and ACL users (redis.DialUsername,
-// redis.DialPassword) pass straight through.
-func NewPool(addr string, opts ...redis.DialOption) *redis.Pool {
-	dialOpts := append([]redis.DialOption{
-		redis.DialConnectTimeout(poolIOTimeout),
-		redis.DialTLSHandshakeTimeout(poolIOTimeout),
-		redis.DialReadTimeout(poolIOTimeout),
-		redis.DialWriteTimeout(poolIOTimeout),
-	}, opts...)
-	return &redis.Pool{
-		MaxIdle:     poolMaxIdle,
-		IdleTimeout: poolIdleTimeout,
-		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", addr, dialOpts...)
-		},
-		TestOnBorrowContext: func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
-			if time.Since(lastUsed) < poolCheckIdle {
-				return nil
-			}
-			timeout := poolIOTimeout
-			if dl, ok := ctx.Deadline(); ok {
-				timeout = time.Until(dl)
-			}
-			_, err := redis.DoWithTimeout(c, timeout, "PING")
-			return err
-		},
+// Keys returns the command's key arguments.
+func (c Command) Keys() []any { return c.Args[c.FirstKey : c.FirstKey+c.NumKeys] }
+
+// String returns the command as text, for logs and errors.
+func (c Command) String() string {
+	var b strings.Builder
+	b.WriteString(c.Name)
+	for _, a := range c.Args {
+		b.WriteByte(' ')
+		switch a := a.(type) {
+		case []byte:
+			b.Write(a)
+		default:
+			fmt.Fprint(&b, a)
+		}
 	}
+	return b.String()
+}
+
+// A Reply is the server's answer to one Command; see Pool.Exec.
+type Reply struct {
+	Value any
+	Err   error
+}
+
+// A ReplyError is an error reply from Redis, as the server sent it without
+// the leading '-': "NOPERM this user has no permissions...". Adapters store
+// the driver's error replies as ReplyErrors so that the core can tell them
+// from broken connections.
+type ReplyError string
+
+func (e ReplyError) Error() string { return string(e) }
+
+// Code returns the error's first word, such as "NOSCRIPT", "READONLY" or
+// "MOVED".
+func (e ReplyError) Code() string {
+	code, _, _ := strings.Cut(string(e), " ")
+	return code
+}
+
+// A Namer is a Pool that can name its master for errors and reports, as
+// "host:port". NewPool's pools and every adapter are Namers.
+type Namer interface {
+	Name() string
+}
+
+// A Subscriber is a Pool that can also receive Redis pub/sub messages.
+//
+// Subscribe subscribes to channel on a connection of its own, calls ready
+// once the server has confirmed the subscription, then calls deliver with the
+// payload of each message, in order, until ctx ends or the connection fails.
+// It returns then, with the cause; after ctx ends it may return ctx.Err() or
+// nil. ready and deliver are called from the goroutine that called Subscribe
+// and must not block for long.
+type Subscriber interface {
+	Subscribe(ctx context.Context, channel string, ready func(), deliver func(payload string)) error
+}
+
+// classify turns one reply into what the core acts on: a value, or an error.
+// It is the one place where replies are judged, so that no driver's way of
+// reporting an error reply can make it count as agreement:
+//   - Reply.Err set: that error (a ReplyError for an error reply).
+//   - an error stored as the value (redigo's redis.Error, say): a
+//     ReplyError with its text.
+//   - []byte: the same string; int: int64. Anything else as it is.
+func classify(r Reply) (any, error) {
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	switch v := r.Value.(type) {
+	case error:
+		return nil, ReplyError(v.Error())
+	case []byte:
+		return string(v), nil
+	case int:
+		return int64(v), nil
+	}
+	return r.Value, nil
+}
+
+// replyCode returns the code of an error reply inside err ("NOSCRIPT"), or ""
+// if err holds none.
+func replyCode(err error) string {
+	var rerr ReplyError
+	if errors.As(err, &rerr) {
+		return rerr.Code()
+	}
+	return ""
 }
 
 // The compare-and-set scripts. They act only while the key still holds the
@@ -97,24 +185,56 @@ type script struct {
 	hash string // SHA1 of src, as EVALSHA wants it
 	keys int    // how many of the arguments are keys
 
-	srcArg, hashArg, keysArg any // the above as command arguments, converted once
+	keysArg any // keys as a command argument, converted once
 }
 
 func newScript(src string, keys int) script {
 	h := sha1.Sum([]byte(src))
-	hash := hex.EncodeToString(h[:])
-	return script{src: src, hash: hash, keys: keys, srcArg: src, hashArg: hash, keysArg: keys}
+	return script{src: src, hash: hex.EncodeToString(h[:]), keys: keys, keysArg: int64(keys)}
 }
 
 // fenceKey names the fencing counter of a lock key. It has no ttl: the
 // counter must outlive every lock on the key (docs/fencing.md).
-func fenceKey(key string) string { return "redlock:fence:" + key }
+//
+// The counter must hash to the lock key's slot, or a Redis Cluster member
+// refuses the fenced scripts (CROSSSLOT). The slot of a key with a hash tag
+// (a non-empty "{...}") is that of its tag, and a prefix without braces keeps
+// the tag: "redlock:fence:" + key. The slot of a key without one is that of
+// the whole key, which the counter takes as its tag: "redlock:fence:{key}".
+// A key without a tag that contains '}' cannot be a tag; it keeps the plain
+// prefix, which works on standalone masters only (docs/drivers.md).
+func fenceKey(key string) string {
+	if hasHashTag(key) || strings.IndexByte(key, '}') >= 0 {
+		return "redlock:fence:" + key
+	}
+	return "redlock:fence:{" + key + "}"
+}
+
+// hasHashTag reports whether Redis Cluster would hash key by a tag: a '{'
+// followed, later, by a '}' with at least one byte between them.
+func hasHashTag(key string) bool {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return false
+	}
+	closing := strings.IndexByte(key[open+1:], '}')
+	return closing > 0
+}
 
 // A node is one Redis master as the quorum sees it.
 type node struct {
 	index int
+	name  string // the master's address, if its Pool is a Namer
 	pool  Pool
-	pipe  pipe // batches the commands of concurrent callers (pipe.go)
+	lanes [lanes]pipe // batch the commands of concurrent callers (pipe.go)
+}
+
+func newNode(index int, pool Pool) *node {
+	n := &node{index: index, pool: pool}
+	if namer, ok := pool.(Namer); ok {
+		n.name = namer.Name()
+	}
+	return n
 }
 
 // cmdArgs are one operation's command arguments, converted to interface
@@ -122,6 +242,7 @@ type node struct {
 type cmdArgs struct {
 	key, token, ttl any // ttl in milliseconds, as PX and PEXPIRE take it
 	fenceKey        any // the key's fencing counter, with WithFencing
+	lane            int // the pipe lane of key (laneOf)
 
 	// unsent has a bit for each node whose SET has not yet taken its place
 	// in the node's pipe; fellBack, for each node whose fenced SET had to be
@@ -129,11 +250,23 @@ type cmdArgs struct {
 	unsent, fellBack atomic.Uint64
 }
 
+func newCmdArgs(key, token string, ttl time.Duration) cmdArgs {
+	return cmdArgs{key: key, token: token, ttl: ttl.Milliseconds(), lane: laneOf(key)}
+}
+
 // setNX sends SET key token NX PX ttl (step 1). It reports true if the node
-// stored the key and false if the key already existed.
+// stored the key, and false if the key already existed: Redis answers OK or
+// a null reply, and anything else is not agreement.
 func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-	reply, err := n.send(ctx, deadline, &a.unsent, "SET", a.key, a.token, "NX", "PX", a.ttl)
-	return reply != nil, err
+	reply, err := n.send(ctx, deadline, a.lane, &a.unsent,
+		Command{Name: "SET", Args: []any{a.key, a.token, "NX", "PX", a.ttl}, NumKeys: 1})
+	if err != nil || reply == nil {
+		return false, err
+	}
+	if reply != "OK" {
+		return false, n.fail(fmt.Errorf("redlock: unexpected reply %v to SET NX", reply), deadline)
+	}
+	return true, nil
 }
 
 // setNXFenced is setNX that also reads the node's fencing counter in the
@@ -153,9 +286,9 @@ func (n *node) setNXFenced(ctx context.Context, deadline time.Time, a *cmdArgs) 
 // holds the key but whose counter is not below fence fails with
 // errFenceAhead, so that a lost round releases it.
 func (n *node) raiseFence(ctx context.Context, deadline time.Time, a *cmdArgs, fence uint64) (bool, error) {
-	reply, err := n.eval(ctx, deadline, &raiseFenceScript, a.key, a.fenceKey, a.token, fence)
+	reply, err := n.eval(ctx, deadline, a.lane, &raiseFenceScript, a.key, a.fenceKey, a.token, int64(fence))
 	if reply == int64(2) {
-		return false, &NodeError{Node: n.index, Err: errFenceAhead}
+		return false, n.nodeError(errFenceAhead)
 	}
 	return reply == int64(1), err
 }
@@ -165,7 +298,7 @@ var errFenceAhead = errors.New("redlock: fencing counter not below the token")
 // extend runs the extend script (step 5). It reports true if the key still
 // held the token and its ttl was reset.
 func (n *node) extend(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-	reply, err := n.eval(ctx, deadline, &extendScript, a.key, a.token, a.ttl)
+	reply, err := n.eval(ctx, deadline, a.lane, &extendScript, a.key, a.token, a.ttl)
 	return reply == int64(1), err
 }
 
@@ -173,26 +306,27 @@ func (n *node) extend(ctx context.Context, deadline time.Time, a *cmdArgs) (bool
 // the node answered: afterwards the node holds no key with the token,
 // whether the script deleted it or found it gone.
 func (n *node) release(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-	_, err := n.eval(ctx, deadline, &releaseScript, a.key, a.token)
+	_, err := n.eval(ctx, deadline, a.lane, &releaseScript, a.key, a.token)
 	return err == nil, err
 }
 
-// command sends one command and waits for its reply at most until deadline.
-// It goes through the node's pipe, so concurrent callers share round trips.
-// A failure, including an error reply, comes back as a nil reply and a
-// *NodeError.
-func (n *node) command(ctx context.Context, deadline time.Time, cmd string, args ...any) (any, error) {
-	return n.send(ctx, deadline, nil, cmd, args...)
+// command sends one command on lane 0 and waits for its reply at most until
+// deadline. A failure, including an error reply, comes back as a nil reply
+// and a *NodeError.
+func (n *node) command(ctx context.Context, deadline time.Time, cmd Command) (any, error) {
+	return n.send(ctx, deadline, 0, nil, cmd)
 }
 
-// send is command that also clears this node's bit in unsent, if given, the
-// moment the command takes its place in the node's pipe.
-func (n *node) send(ctx context.Context, deadline time.Time, unsent *atomic.Uint64, cmd string, args ...any) (any, error) {
-	c := n.pipe.newCall(ctx, deadline, cmd, args)
+// send sends cmd through the node's pipe lane, so that concurrent callers
+// share round trips, and classifies the reply. It clears this node's bit in
+// unsent, if given, the moment the command takes its place in the pipe.
+func (n *node) send(ctx context.Context, deadline time.Time, lane int, unsent *atomic.Uint64, cmd Command) (any, error) {
+	p := &n.lanes[lane]
+	c := p.newCall(ctx, deadline, cmd)
 	c.unsent, c.bit = unsent, 1<<n.index
-	n.pipe.send(n.pool, c)
-	reply, err := c.reply, c.err
-	n.pipe.recycle(c)
+	p.send(n.pool, c)
+	reply, err := classify(c.reply)
+	p.recycle(c)
 	if err != nil {
 		return nil, n.fail(err, deadline)
 	}
@@ -203,59 +337,45 @@ func (n *node) send(ctx context.Context, deadline time.Time, unsent *atomic.Uint
 // have it cached yet (after a restart or SCRIPT FLUSH). EVAL caches it again.
 // keysAndArgs holds the script's s.keys keys, then its arguments: four at
 // most.
-func (n *node) eval(ctx context.Context, deadline time.Time, s *script, keysAndArgs ...any) (any, error) {
-	return n.evalMarking(ctx, deadline, nil, s, keysAndArgs...)
+func (n *node) eval(ctx context.Context, deadline time.Time, lane int, s *script, keysAndArgs ...any) (any, error) {
+	return n.evalScript(ctx, deadline, lane, nil, nil, s, keysAndArgs)
 }
 
 // evalMarking is eval for an acquisition's SET: it clears this node's bit in
 // a.unsent as send does, and records in a.fellBack a fallback to EVAL, which
 // enters the pipe later than the EVALSHA did.
 func (n *node) evalMarking(ctx context.Context, deadline time.Time, a *cmdArgs, s *script, keysAndArgs ...any) (any, error) {
-	var unsent *atomic.Uint64
-	if a != nil {
-		unsent = &a.unsent
-	}
+	return n.evalScript(ctx, deadline, a.lane, &a.unsent, &a.fellBack, s, keysAndArgs)
+}
+
+func (n *node) evalScript(ctx context.Context, deadline time.Time, lane int, unsent, fellBack *atomic.Uint64, s *script, keysAndArgs []any) (any, error) {
 	var buf [6]any
-	evalArgs := append(append(buf[:0], s.hashArg, s.keysArg), keysAndArgs...)
-	reply, err := n.send(ctx, deadline, unsent, "EVALSHA", evalArgs...)
-	if isNoScript(err) {
-		if a != nil {
-			a.fellBack.Or(1 << n.index)
+	args := append(append(buf[:0], s.hash, s.keysArg), keysAndArgs...)
+	cmd := Command{Name: "EVALSHA", Args: args, FirstKey: 2, NumKeys: s.keys}
+	reply, err := n.send(ctx, deadline, lane, unsent, cmd)
+	if replyCode(err) == "NOSCRIPT" {
+		if fellBack != nil {
+			fellBack.Or(1 << n.index)
 		}
-		evalArgs[0] = s.srcArg
-		reply, err = n.command(ctx, deadline, "EVAL", evalArgs...)
+		cmd.Name, args[0] = "EVAL", s.src
+		reply, err = n.send(ctx, deadline, lane, nil, cmd)
 	}
 	return reply, err
 }
 
 // fail wraps a node's error. An error at or past the deadline is reported as
-// ErrNodeTimeout, whatever the driver called it.
+// ErrNodeTimeout, whatever the driver called it, unless it is an error reply:
+// the server's own words are kept.
 func (n *node) fail(err error, deadline time.Time) error {
 	if err == nil {
 		return nil
 	}
-	if !time.Now().Before(deadline) {
+	if replyCode(err) == "" && !time.Now().Before(deadline) {
 		err = ErrNodeTimeout
 	}
-	return &NodeError{Node: n.index, Err: err}
+	return n.nodeError(err)
 }
 
-// doUntil sends one command with a read deadline. A zero read timeout would
-// mean "none" to redigo, so a deadline already passed fails at once. Note
-// that redigo returns an error reply (NOPERM, OOM, LOADING...) as both a
-// non-nil reply and an error; callers must look at the error first.
-func doUntil(conn redis.Conn, deadline time.Time, cmd string, args ...any) (any, error) {
-	timeout := time.Until(deadline)
-	if timeout <= 0 {
-		return nil, ErrNodeTimeout
-	}
-	return redis.DoWithTimeout(conn, timeout, cmd, args...)
-}
-
-func isNoScript(err error) bool {
-	if err == nil {
-		return false
-	}
-	var rerr redis.Error
-	return errors.As(err, &rerr) && strings.HasPrefix(string(rerr), "NOSCRIPT")
+func (n *node) nodeError(err error) *NodeError {
+	return &NodeError{Node: n.index, Addr: n.name, Err: err}
 }

@@ -219,7 +219,7 @@ vote:
 			}
 			for i := range answered {
 				if !t.decided() {
-					count(ballot{node: i, err: &NodeError{Node: i, Err: ErrNodeTimeout}})
+					count(ballot{node: i, err: c.nodes[i].nodeError(ErrNodeTimeout)})
 				}
 			}
 		case <-ctx.Done():

@@ -128,7 +128,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		if isNil(p) {
 			return nil, invalid("pool %d is nil", i)
 		}
-		c.nodes = append(c.nodes, &node{index: i, pool: p})
+		c.nodes = append(c.nodes, newNode(i, p))
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -246,7 +246,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 
 	// The Lock holds the command arguments, so that they are made once, in
 	// the same allocation; it is dropped if the attempt fails.
-	l := &Lock{client: c, key: key, token: token, args: cmdArgs{key: key, token: token, ttl: ttl.Milliseconds()}}
+	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(key, token, ttl)}
 	args := &l.args
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
@@ -474,7 +474,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return ErrExpired
 	}
 	until := validUntil(start, ttl, c.driftFactor)
-	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds()}
+	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
 	won, t := c.fanout(ctx, round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.extend(ctx, deadline, args)

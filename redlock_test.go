@@ -647,7 +647,7 @@ func TestTokens(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	c := newCluster(t, 3)
 	pools := []redlock.Pool{c.pools[0], c.pools[1], c.pools[2]}
-	var nilPool *redis.Pool
+	var nilPool *redlock.RedigoPool
 
 	newCases := map[string]struct {
 		pools []redlock.Pool

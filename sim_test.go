@@ -39,8 +39,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // simConfig is one schedule's shape, drawn from its seed.
@@ -148,7 +146,7 @@ func (n *simNode) exec(cmd string, args []any) (any, error) {
 	case "EVALSHA":
 		hash := str(args[0])
 		if !n.scripts[hash] {
-			return nil, redis.Error("NOSCRIPT No matching script")
+			return nil, ReplyError("NOSCRIPT No matching script")
 		}
 		return n.script(hash, args[2:])
 	case "EVAL":
@@ -157,7 +155,7 @@ func (n *simNode) exec(cmd string, args []any) (any, error) {
 		n.scripts[hash] = true
 		return n.script(hash, args[2:])
 	}
-	return nil, redis.Error("ERR unknown command " + cmd)
+	return nil, ReplyError("ERR unknown command " + cmd)
 }
 
 // script runs the Go equivalent of each embedded Lua script.
@@ -197,7 +195,7 @@ func (n *simNode) script(hash string, ka []any) (any, error) {
 		n.data[str(ka[1])] = simValue{v: strconv.FormatInt(num(ka[3]), 10)}
 		return int64(1), nil
 	}
-	return nil, redis.Error("NOSCRIPT unknown script")
+	return nil, ReplyError("NOSCRIPT unknown script")
 }
 
 func str(a any) string { return fmt.Sprint(a) }
@@ -240,59 +238,67 @@ func (w *simWorld) hop() bool {
 
 var errSimTimeout = errors.New("sim: i/o timeout")
 
-// roundTrip sends a command to a node and waits for the reply at most
-// timeout, as a connection with a read deadline does.
-func (w *simWorld) roundTrip(node int, timeout time.Duration, cmd string, args []any) (any, error) {
+// roundTrip sends a batch of commands to a node in one message, which runs
+// them in order, and waits for the replies at most timeout, as a connection
+// with a read deadline does. Other connections' commands may run between
+// them, as on a real server.
+func (w *simWorld) roundTrip(node int, timeout time.Duration, cmds []Command) ([]Reply, error) {
 	type result struct {
-		v   any
-		err error
+		replies []Reply
+		err     error
 	}
 	out := make(chan result, 1)
 	w.wires.Go(func() {
 		if !w.hop() {
 			return
 		}
-		v, err := w.nodes[node].exec(cmd, args)
+		r := result{replies: make([]Reply, len(cmds))}
+		for i, c := range cmds {
+			v, err := w.nodes[node].exec(c.Name, c.Args)
+			if errors.Is(err, errSimDown) {
+				r = result{err: err} // the connection is refused
+				break
+			}
+			r.replies[i] = Reply{Value: v, Err: err}
+		}
 		if !w.hop() {
 			return
 		}
-		out <- result{v, err}
+		out <- r
 	})
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case r := <-out:
-		return r.v, r.err
+		return r.replies, r.err
 	case <-t.C:
 		return nil, errSimTimeout
 	}
 }
 
-// simPool and simConn are the Pool port over the simulated network.
+// simPool is the Pool port over the simulated network: each batch is one
+// message.
 type simPool struct {
 	w    *simWorld
 	node int
 }
 
-func (p simPool) GetContext(context.Context) (redis.Conn, error) { return simConn(p), nil }
-
-type simConn simPool
-
-func (c simConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	// A real connection has written args by the time it returns; the message
-	// in transit here outlives the call, and the caller reuses args.
-	return c.w.roundTrip(c.node, d, cmd, slices.Clone(args))
-}
-func (c simConn) Do(cmd string, args ...any) (any, error) {
-	return c.DoWithTimeout(time.Hour, cmd, args...)
-}
-func (simConn) Close() error              { return nil }
-func (simConn) Err() error                { return nil }
-func (simConn) Send(string, ...any) error { return errors.New("sim: no pipelining") }
-func (simConn) Flush() error              { return nil }
-func (simConn) Receive() (any, error)     { return nil, errors.New("sim: no pipelining") }
-func (simConn) ReceiveWithTimeout(time.Duration) (any, error) {
-	return nil, errors.New("sim: no pipelining")
+func (p simPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
+	deadline, _ := ctx.Deadline()
+	// A real connection has written the commands by the time it returns;
+	// the message in transit here outlives the call, and the caller reuses
+	// their arguments.
+	batch := make([]Command, len(cmds))
+	for i, c := range cmds {
+		batch[i] = c
+		batch[i].Args = slices.Clone(c.Args)
+	}
+	got, err := p.w.roundTrip(p.node, time.Until(deadline), batch)
+	if err != nil {
+		return err
+	}
+	copy(replies, got)
+	return nil
 }
 
 // A grant is one lock as its holder saw it.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
 )
@@ -432,8 +431,8 @@ func startCluster(n int) (*cluster, error) {
 }
 
 // client returns a Client of its own for w, as a separate process would have.
-func (cl *cluster) client(w *worker) (*redlock.Client, []*redis.Pool, error) {
-	var pools []*redis.Pool
+func (cl *cluster) client(w *worker) (*redlock.Client, []*redlock.RedigoPool, error) {
+	var pools []*redlock.RedigoPool
 	var ports []redlock.Pool
 	for _, addr := range cl.addrs {
 		p := redlock.NewPool(addr)
@@ -449,7 +448,7 @@ func (cl *cluster) client(w *worker) (*redlock.Client, []*redis.Pool, error) {
 	return c, pools, nil
 }
 
-func closePools(pools []*redis.Pool) {
+func closePools(pools []*redlock.RedigoPool) {
 	for _, p := range pools {
 		p.Close()
 	}
@@ -458,17 +457,17 @@ func closePools(pools []*redis.Pool) {
 // freezable fails every call while its worker is frozen: a paused process
 // cannot extend its lock either.
 type freezable struct {
-	*redis.Pool
+	*redlock.RedigoPool
 	w *worker
 }
 
 var errFrozen = errors.New("process frozen")
 
-func (f freezable) GetContext(ctx context.Context) (redis.Conn, error) {
+func (f freezable) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
 	if f.w.frozen.Load() {
-		return nil, errFrozen
+		return errFrozen
 	}
-	return f.Pool.GetContext(ctx)
+	return f.RedigoPool.Exec(ctx, cmds, replies)
 }
 
 func (cl *cluster) kill(i int) {

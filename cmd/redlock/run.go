@@ -355,10 +355,10 @@ func preflight(pools []redlock.Pool, addrs []string, logf func(string, ...any)) 
 	var wg sync.WaitGroup
 	for i, p := range pools {
 		wg.Go(func() {
-			conn, err := p.GetContext(ctx)
+			replies := make([]redlock.Reply, 1)
+			err := p.Exec(ctx, []redlock.Command{{Name: "PING"}}, replies)
 			if err == nil {
-				_, err = redis.DoContext(conn, ctx, "PING")
-				conn.Close()
+				err = replies[0].Err
 			}
 			errs[i] = err
 		})

@@ -1,0 +1,223 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// RedigoPool is the Pool for redigo, the root module's Redis client. It
+// embeds the *redis.Pool it borrows connections from, so Get, Close and
+// Stats work on it as on the pool itself, and names its master by Addr.
+//
+// A *redis.Pool that a program already has plugs in as
+//
+//	redlock.RedigoPool{Pool: pool, Addr: "redis-a:6379"}
+//
+// Addr only names the master in errors; the pool's Dial decides where it
+// connects. A batch goes out as one pipeline on one borrowed connection, its
+// replies read back with a read deadline at ctx's deadline, so a silent
+// master costs at most the node timeout. The pool's connections must
+// implement redis.ConnWithTimeout, as redigo's own do, and should have a
+// write timeout (redis.DialWriteTimeout; NewPool sets one).
+type RedigoPool struct {
+	*redis.Pool
+	Addr string
+}
+
+var (
+	_ Pool       = (*RedigoPool)(nil)
+	_ Namer      = (*RedigoPool)(nil)
+	_ Subscriber = (*RedigoPool)(nil)
+)
+
+// Production defaults for NewPool. They are a backstop for connections that
+// linger after Redlock stopped waiting for them; the per-call bound is the
+// client's node timeout.
+const (
+	poolIOTimeout   = time.Second
+	poolMaxIdle     = 64
+	poolIdleTimeout = 5 * time.Minute
+	poolCheckIdle   = 30 * time.Second // PING connections idle longer than this
+)
+
+// NewPool returns a redigo connection pool for the Redis master at addr
+// ("host:port") with defaults suited to a lock client: one-second connect,
+// TLS handshake, read and write timeouts; up to 64 idle connections, closed
+// after five idle minutes; and a PING on borrow for connections idle longer
+// than 30 seconds.
+//
+// opts are applied after the defaults and so override them. TLS
+// (redis.DialUseTLS, redis.DialTLSConfig) and ACL users (redis.DialUsername,
+// redis.DialPassword) pass straight through. Close the pool when done.
+func NewPool(addr string, opts ...redis.DialOption) *RedigoPool {
+	dialOpts := append([]redis.DialOption{
+		redis.DialConnectTimeout(poolIOTimeout),
+		redis.DialTLSHandshakeTimeout(poolIOTimeout),
+		redis.DialReadTimeout(poolIOTimeout),
+		redis.DialWriteTimeout(poolIOTimeout),
+	}, opts...)
+	return &RedigoPool{Addr: addr, Pool: &redis.Pool{
+		MaxIdle:     poolMaxIdle,
+		IdleTimeout: poolIdleTimeout,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr, dialOpts...)
+		},
+		TestOnBorrowContext: func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
+			if time.Since(lastUsed) < poolCheckIdle {
+				return nil
+			}
+			timeout := poolIOTimeout
+			if dl, ok := ctx.Deadline(); ok {
+				timeout = time.Until(dl)
+			}
+			_, err := redis.DoWithTimeout(c, timeout, "PING")
+			return err
+		},
+	}}
+}
+
+// Name returns Addr.
+func (p *RedigoPool) Name() string { return p.Addr }
+
+// Exec sends cmds on one connection from the pool: a single command by
+// DoWithTimeout, several as one pipeline. See Pool.
+func (p *RedigoPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(poolIOTimeout)
+	}
+	conn, err := p.Pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	if len(cmds) == 1 {
+		// A zero timeout would mean "none" to redigo.
+		timeout := time.Until(deadline)
+		if timeout <= 0 {
+			return context.DeadlineExceeded
+		}
+		v, err := redis.DoWithTimeout(conn, timeout, cmds[0].Name, cmds[0].Args...)
+		return redigoReply(&replies[0], v, err)
+	}
+	for _, c := range cmds {
+		if err := conn.Send(c.Name, c.Args...); err != nil {
+			return err
+		}
+	}
+	// Flush and read even if the deadline passed during the sends: commands
+	// left pending would make Close wait for their replies with the
+	// connection's own read timeout. A read that times out breaks the
+	// connection instead, and the pool discards it.
+	wait := max(time.Until(deadline), time.Nanosecond)
+	all, err := redis.Values(redis.DoWithTimeout(conn, wait, ""))
+	if err != nil {
+		return err
+	}
+	if len(all) != len(cmds) {
+		return errPipeReplies
+	}
+	for i, v := range all {
+		replies[i] = Reply{Value: v}
+		if rerr, ok := v.(redis.Error); ok {
+			replies[i] = Reply{Err: ReplyError(rerr)}
+		}
+	}
+	return nil
+}
+
+var errPipeReplies = errors.New("redlock: pipelined reply count does not match")
+
+// redigoReply stores one DoWithTimeout result in r. redigo returns an error
+// reply as both a non-nil reply and a redis.Error: that is the command's
+// answer. Any other error broke the connection, and so the batch.
+func redigoReply(r *Reply, v any, err error) error {
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		*r = Reply{Err: ReplyError(rerr)}
+	case err != nil:
+		return err
+	default:
+		*r = Reply{Value: v}
+	}
+	return nil
+}
+
+// pubsubPing is how often Subscribe checks that its connection still works:
+// it sends a PING at this interval and gives up when nothing at all has come
+// back for two intervals.
+const pubsubPing = 15 * time.Second
+
+// Subscribe implements Subscriber on a connection dialled for it alone, not
+// borrowed from the pool, so that it never returns to the pool subscribed.
+func (p *RedigoPool) Subscribe(ctx context.Context, channel string, ready func(), deliver func(string)) error {
+	conn, err := p.dial(ctx)
+	if err != nil {
+		return err
+	}
+	psc := redis.PubSubConn{Conn: conn}
+	stop := context.AfterFunc(ctx, func() { conn.Close() }) // ends a blocked Receive
+	defer func() {
+		if stop() {
+			conn.Close()
+		}
+	}()
+	if err := psc.Subscribe(channel); err != nil {
+		return err
+	}
+	// Something arrives at least every pubsubPing: a message or a PONG.
+	// redigo allows one writer beside the one reader.
+	pinged := make(chan struct{})
+	defer close(pinged)
+	go func() {
+		ping := time.NewTicker(pubsubPing)
+		defer ping.Stop()
+		for {
+			select {
+			case <-ping.C:
+				if psc.Ping("") != nil {
+					return // the reader sees the broken connection
+				}
+			case <-pinged:
+				return
+			}
+		}
+	}()
+	for {
+		switch m := psc.ReceiveWithTimeout(2 * pubsubPing).(type) {
+		case redis.Message:
+			deliver(string(m.Data))
+		case redis.Subscription:
+			if m.Kind == "subscribe" && m.Channel == channel {
+				ready()
+			}
+		case error:
+			return ctxOr(ctx, m)
+		}
+	}
+}
+
+// dial makes a connection of its own with the pool's dialer.
+func (p *RedigoPool) dial(ctx context.Context) (redis.Conn, error) {
+	switch {
+	case p.Pool.DialContext != nil:
+		return p.Pool.DialContext(ctx)
+	case p.Pool.Dial != nil:
+		return p.Pool.Dial()
+	}
+	return nil, errors.New("redlock: the redigo pool has no Dial function")
+}
+
+// ctxOr returns ctx's error if it has ended, which explains err, and err
+// otherwise.
+func ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}

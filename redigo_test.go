@@ -1,0 +1,52 @@
+package redlock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/redlocktest"
+)
+
+// The redigo adapter passes the conformance kit, as every adapter must.
+func TestRedigoConformance(t *testing.T) {
+	redlocktest.Run(t, redlocktest.Adapter{
+		Dial: func(t testing.TB, s redlocktest.Server) redlock.Pool {
+			var opts []redis.DialOption
+			if s.TLS != nil {
+				opts = append(opts, redis.DialUseTLS(true), redis.DialTLSConfig(s.TLS))
+			}
+			if s.Username != "" {
+				opts = append(opts, redis.DialUsername(s.Username))
+			}
+			if s.Password != "" {
+				opts = append(opts, redis.DialPassword(s.Password))
+			}
+			p := redlock.NewPool(s.Addr, opts...)
+			t.Cleanup(func() { p.Close() })
+			return p
+		},
+	})
+}
+
+// A *redis.Pool that a program already has plugs in as a RedigoPool.
+func TestRedigoPoolWrapsAnExistingPool(t *testing.T) {
+	m := newCluster(t, 1).nodes[0]
+	existing := &redis.Pool{Dial: func() (redis.Conn, error) {
+		return redis.Dial("tcp", m.Addr(), redis.DialReadTimeout(time.Second))
+	}}
+	defer existing.Close()
+	c, err := redlock.New([]redlock.Pool{&redlock.RedigoPool{Pool: existing, Addr: m.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryLock(t.Context(), "existing", time.Second)
+	if err != nil {
+		t.Fatalf("TryLock through an existing pool: %v", err)
+	}
+	if got, _ := m.Get("existing"); got != l.Value() {
+		t.Errorf("node holds %q, want the token %q", got, l.Value())
+	}
+}

@@ -1,0 +1,717 @@
+// Package redlocktest is the conformance kit for redlock.Pool adapters: one
+// set of scenarios, run against real redis-server processes, that every
+// adapter must pass to give the guarantees of the redigo path. The adapters
+// in this repository (redigo, go-redis, rueidis, valkey-go) run it, and so
+// can a third party's:
+//
+//	func TestConformance(t *testing.T) {
+//		redlocktest.Run(t, redlocktest.Adapter{
+//			Dial: func(t testing.TB, s redlocktest.Server) redlock.Pool {
+//				client := mydriver.New(s.Addr, s.TLS, s.Username, s.Password)
+//				t.Cleanup(func() { client.Close() })
+//				return myadapter.NewPool(client)
+//			},
+//		})
+//	}
+//
+// The kit starts local redis-server processes (Debian's redis-server;
+// redis-cli too for the Redis Cluster scenarios) and skips, saying why, where
+// they are missing; with REDLOCK_REQUIRE_DOCKER=1 or REDLOCK_REQUIRE_REDIS=1
+// set it fails instead. Scenarios:
+//
+//   - Basics: Lock, Extend and Unlock leave, stretch and delete the key on
+//     every node, with the token; a held key is refused, not failed.
+//   - Race: 100 goroutines Lock one key; exactly one wins.
+//   - Fencing: tokens of successive locks grow by one.
+//   - FrozenNode: paused servers (SIGSTOP: they accept connections and never
+//     answer) cost no call more than its bound, with a minority and a
+//     majority of them.
+//   - ErrorReplies: NOPERM, NOAUTH, OOM, READONLY, WRONGTYPE, MOVED and LOADING
+//     from real servers (LOADING from a stand-in that answers every command
+//     that way) never count as agreement, and the error names the server's
+//     code; NOSCRIPT falls back to EVAL.
+//   - TLS and ACL: a TLS-only server with client certificates, and an ACL
+//     user allowed only what the library sends.
+//   - Names: node errors carry the node's address (redlock.Namer).
+//   - Subscribe: messages published on a channel reach a subscriber
+//     (redlock.Subscriber).
+//   - Cluster (with Adapter.DialCluster): three members, each a 3-primary
+//     Redis Cluster; plain and fenced locks work, and killing a primary in
+//     one member loses no lock.
+package redlocktest
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/redistest"
+)
+
+// A Server is a redis-server the kit started, as an adapter must dial it.
+type Server struct {
+	Addr               string      // host:port
+	TLS                *tls.Config // nil for plain TCP; else trusts the server and presents a client certificate
+	Username, Password string      // empty for the default user without a password
+}
+
+// An Adapter is what the kit needs of the adapter under test.
+type Adapter struct {
+	// Dial returns the adapter's Pool for the standalone master s, made the
+	// way a user would make it, and registers with t.Cleanup whatever must
+	// be closed. It may be called while s is paused or misconfigured, and
+	// must not fail then: a driver that connects eagerly should do so in
+	// the background, or report the failure from Exec.
+	Dial func(t testing.TB, s Server) redlock.Pool
+
+	// DialCluster, if set, returns the adapter's Pool for a whole Redis
+	// Cluster reached through seeds, its primaries. Without it the Cluster
+	// scenarios are skipped.
+	DialCluster func(t testing.TB, seeds []Server) redlock.Pool
+}
+
+// nodeTimeout is the node timeout of the kit's clients: generous for a
+// loaded machine running -race, small against the bounds the kit asserts.
+const nodeTimeout = 250 * time.Millisecond
+
+// Run runs every scenario as a subtest of t.
+func Run(t *testing.T, a Adapter) {
+	if a.Dial == nil {
+		t.Fatal("redlocktest: Adapter.Dial is nil")
+	}
+	k := &kit{a: a}
+	t.Run("Basics", k.basics)
+	t.Run("Race", k.race)
+	t.Run("Fencing", k.fencing)
+	t.Run("FrozenNode", k.frozenNode)
+	t.Run("ErrorReplies", k.errorReplies)
+	t.Run("TLS", k.tls)
+	t.Run("ACL", k.acl)
+	t.Run("Names", k.names)
+	t.Run("Subscribe", k.subscribe)
+	t.Run("Cluster", k.cluster)
+}
+
+type kit struct{ a Adapter }
+
+// requireRedis skips t, saying why, if redis-server is missing; with
+// REDLOCK_REQUIRE_DOCKER or REDLOCK_REQUIRE_REDIS set it fails instead.
+func requireRedis(t testing.TB, cluster bool) {
+	t.Helper()
+	ok, why := redistest.Available()
+	if ok && cluster {
+		ok, why = redistest.ClusterAvailable()
+	}
+	if ok {
+		return
+	}
+	if os.Getenv("REDLOCK_REQUIRE_DOCKER") == "1" || os.Getenv("REDLOCK_REQUIRE_REDIS") == "1" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+// start starts n plain servers with extra arguments.
+func start(t testing.TB, n int, extra ...string) []*redistest.Server {
+	t.Helper()
+	requireRedis(t, false)
+	return redistest.StartN(t, n, extra...)
+}
+
+// startAuth starts n servers that need dial options (a password, an ACL
+// user) to answer PING.
+func startAuth(t testing.TB, n int, dial []redis.DialOption, extra ...string) []*redistest.Server {
+	t.Helper()
+	requireRedis(t, false)
+	servers := make([]*redistest.Server, n)
+	for i := range servers {
+		servers[i] = redistest.StartOnPort(t, redistest.FreePort(t), extra...)
+		if err := servers[i].WaitReadyWith(5*time.Second, dial...); err != nil {
+			t.Fatalf("redis-server on %s: %v\n%s", servers[i].Addr, err, servers[i].Log())
+		}
+	}
+	return servers
+}
+
+// client dials every server through the adapter and returns a Client over
+// them.
+func (k *kit) client(t testing.TB, servers []*redistest.Server, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	pools := make([]redlock.Pool, len(servers))
+	for i, s := range servers {
+		pools[i] = k.a.Dial(t, Server{Addr: s.Addr})
+	}
+	return newClient(t, pools, opts...)
+}
+
+func newClient(t testing.TB, pools []redlock.Pool, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	defaults := []redlock.Option{
+		redlock.WithNodeTimeout(nodeTimeout),
+		redlock.WithRetryDelay(time.Millisecond, 10*time.Millisecond),
+	}
+	c, err := redlock.New(pools, append(defaults, opts...)...)
+	if err != nil {
+		t.Fatalf("redlock.New: %v", err)
+	}
+	return c
+}
+
+// conn dials addr with redigo, the kit's own view of a node.
+func conn(t testing.TB, addr string, opts ...redis.DialOption) redis.Conn {
+	t.Helper()
+	c, err := redis.Dial("tcp", addr, append([]redis.DialOption{redis.DialReadTimeout(2 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// eventually polls cond until it holds or 5 seconds pass. Nodes a call left
+// in the background answer within a node timeout; this waits for them.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func get(t testing.TB, c redis.Conn, key string) string {
+	t.Helper()
+	v, err := redis.String(c.Do("GET", key))
+	if err != nil && !errors.Is(err, redis.ErrNil) {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	return v
+}
+
+func (k *kit) basics(t *testing.T) {
+	servers := start(t, 3)
+	c := k.client(t, servers)
+	ctx := context.Background()
+	conns := make([]redis.Conn, len(servers))
+	for i, s := range servers {
+		conns[i] = conn(t, s.Addr)
+	}
+	held := func(key, token string) int {
+		n := 0
+		for _, c := range conns {
+			if get(t, c, key) == token {
+				n++
+			}
+		}
+		return n
+	}
+
+	l, err := c.Lock(ctx, "kit:basics", 2*time.Second)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	eventually(t, "every node holds the token", func() bool { return held("kit:basics", l.Value()) == 3 })
+	for i, c := range conns {
+		if pttl, _ := redis.Int64(c.Do("PTTL", "kit:basics")); pttl <= 0 || pttl > 2000 {
+			t.Errorf("node %d: PTTL %d after Lock with ttl 2s", i, pttl)
+		}
+	}
+
+	_, err = c.TryLock(ctx, "kit:basics", time.Second)
+	var ne *redlock.NodeError
+	if !errors.Is(err, redlock.ErrNotObtained) || errors.As(err, &ne) {
+		t.Errorf("TryLock of a held key: %v, want ErrNotObtained with no node failure", err)
+	}
+
+	if err := l.Extend(ctx, 30*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	eventually(t, "Extend raised every node's ttl", func() bool {
+		for _, c := range conns {
+			if pttl, _ := redis.Int64(c.Do("PTTL", "kit:basics")); pttl < 10_000 {
+				return false
+			}
+		}
+		return true
+	})
+
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	eventually(t, "Unlock deleted the key everywhere", func() bool { return held("kit:basics", l.Value()) == 0 })
+	if err := l.Unlock(ctx); err != nil && !errors.Is(err, redlock.ErrExpired) {
+		t.Errorf("second Unlock: %v", err)
+	}
+
+	// Another holder's key is never touched.
+	for _, c := range conns {
+		if _, err := c.Do("SET", "kit:other", "theirs"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = c.TryLock(ctx, "kit:other", time.Second)
+	if !errors.Is(err, redlock.ErrNotObtained) {
+		t.Errorf("TryLock of another holder's key: %v", err)
+	}
+	if held("kit:other", "theirs") != 3 {
+		t.Error("a failed TryLock changed another holder's key")
+	}
+}
+
+func (k *kit) race(t *testing.T) {
+	servers := start(t, 5)
+	c := k.client(t, servers, redlock.WithTries(20))
+	const racers = 100
+	var (
+		wg              sync.WaitGroup
+		winners, others atomic.Int32
+		startGun        = make(chan struct{})
+		lastOther       atomic.Value
+	)
+	for range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-startGun
+			_, err := c.Lock(context.Background(), "kit:race", time.Minute)
+			switch {
+			case err == nil:
+				winners.Add(1)
+			case !errors.Is(err, redlock.ErrNotObtained):
+				others.Add(1)
+				lastOther.Store(err)
+			}
+		}()
+	}
+	close(startGun)
+	wg.Wait()
+	if winners.Load() != 1 {
+		t.Errorf("%d winners, want exactly 1", winners.Load())
+	}
+	if others.Load() != 0 {
+		t.Errorf("%d errors other than ErrNotObtained; last: %v", others.Load(), lastOther.Load())
+	}
+}
+
+func (k *kit) fencing(t *testing.T) {
+	servers := start(t, 3)
+	c := k.client(t, servers, redlock.WithFencing())
+	ctx := context.Background()
+	var last uint64
+	for i := range 5 {
+		l, err := c.Lock(ctx, "kit:fenced", time.Second)
+		if err != nil {
+			t.Fatalf("Lock %d: %v", i, err)
+		}
+		if l.Token() != last+1 {
+			t.Errorf("lock %d: token %d after %d, want %d", i, l.Token(), last, last+1)
+		}
+		last = l.Token()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %d: %v", i, err)
+		}
+	}
+}
+
+func (k *kit) frozenNode(t *testing.T) {
+	servers := start(t, 5)
+	c := k.client(t, servers)
+	ctx := context.Background()
+	// Warm every connection while all nodes answer.
+	warm, err := c.Lock(ctx, "kit:frozen:warm", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pause := func(ss ...*redistest.Server) {
+		for _, s := range ss {
+			if err := s.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Resume() })
+		}
+	}
+	resume := func(ss ...*redistest.Server) {
+		for _, s := range ss {
+			if err := s.Resume(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Generous slack for a loaded machine; a call that waited for a frozen
+	// node's driver would take its driver's timeout, seconds.
+	const slack = 750 * time.Millisecond
+	timed := func(what string, bound time.Duration, f func() error) error {
+		t.Helper()
+		start := time.Now()
+		err := f()
+		if d := time.Since(start); d > bound+slack {
+			t.Errorf("%s took %v, want at most %v (+%v slack)", what, d, bound, slack)
+		}
+		return err
+	}
+
+	pause(servers[0], servers[1]) // a minority
+	var l *redlock.Lock
+	err = timed("Lock with 2 of 5 frozen", nodeTimeout, func() (err error) {
+		l, err = c.Lock(ctx, "kit:frozen", 10*time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Lock with a frozen minority: %v", err)
+	}
+	if err := timed("Extend with 2 of 5 frozen", nodeTimeout, func() error { return l.Extend(ctx, 10*time.Second) }); err != nil {
+		t.Errorf("Extend with a frozen minority: %v", err)
+	}
+	if err := timed("Unlock with 2 of 5 frozen", nodeTimeout, func() error { return l.Unlock(ctx) }); err != nil {
+		t.Errorf("Unlock with a frozen minority: %v", err)
+	}
+
+	pause(servers[2]) // now a majority
+	err = timed("TryLock with 3 of 5 frozen", 2*nodeTimeout, func() error {
+		_, err := c.TryLock(ctx, "kit:frozen:2", 10*time.Second)
+		return err
+	})
+	if !errors.Is(err, redlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Errorf("TryLock with a frozen majority: %v, want ErrNotObtained with ErrNodeTimeout", err)
+	}
+	resume(servers[0], servers[1], servers[2])
+
+	// The nodes work again once they thaw.
+	eventually(t, "a Lock after the nodes resumed", func() bool {
+		l, err := c.TryLock(ctx, "kit:frozen:3", time.Second)
+		if err != nil {
+			return false
+		}
+		return l.Unlock(ctx) == nil
+	})
+}
+
+// errorReplies checks that each kind of error reply fails a node, never
+// counts as agreement, and keeps the server's code in the error.
+func (k *kit) errorReplies(t *testing.T) {
+	ctx := context.Background()
+	// lockFails asserts that a one-node Lock through pool fails with code.
+	lockFails := func(t *testing.T, pool redlock.Pool, key, code string) {
+		t.Helper()
+		c := newClient(t, []redlock.Pool{pool})
+		l, err := c.TryLock(ctx, key, time.Second)
+		if err == nil {
+			l.Unlock(ctx)
+			t.Fatalf("TryLock succeeded on a node that answers %s", code)
+		}
+		if !errors.Is(err, redlock.ErrNotObtained) || !strings.Contains(err.Error(), code) {
+			t.Errorf("TryLock: %v, want ErrNotObtained naming %s", err, code)
+		}
+	}
+
+	t.Run("NOPERM", func(t *testing.T) {
+		s := start(t, 1, "--user", "default", "on", "nopass", "~*", "&*", "+@all",
+			"--user", "noperm", "on", ">pw", "~*", "&*", "+@connection", "-set", "-eval", "-evalsha")[0]
+		lockFails(t, k.a.Dial(t, Server{Addr: s.Addr, Username: "noperm", Password: "pw"}), "kit:noperm", "NOPERM")
+	})
+	t.Run("NOAUTH", func(t *testing.T) {
+		s := startAuth(t, 1, []redis.DialOption{redis.DialPassword("secret")}, "--requirepass", "secret")[0]
+		lockFails(t, k.a.Dial(t, Server{Addr: s.Addr}), "kit:noauth", "NOAUTH")
+	})
+	t.Run("OOM", func(t *testing.T) {
+		s := start(t, 1, "--maxmemory-policy", "noeviction")[0]
+		if _, err := conn(t, s.Addr).Do("CONFIG", "SET", "maxmemory", "1"); err != nil {
+			t.Fatal(err)
+		}
+		lockFails(t, k.a.Dial(t, Server{Addr: s.Addr}), "kit:oom", "OOM")
+	})
+	t.Run("READONLY", func(t *testing.T) {
+		primary := start(t, 1)[0]
+		replica := start(t, 1, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))[0]
+		lockFails(t, k.a.Dial(t, Server{Addr: replica.Addr}), "kit:readonly", "READONLY")
+	})
+	t.Run("WRONGTYPE", func(t *testing.T) {
+		s := start(t, 1)[0]
+		c := newClient(t, []redlock.Pool{k.a.Dial(t, Server{Addr: s.Addr})})
+		l, err := c.Lock(ctx, "kit:wrongtype", 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Someone replaces the key with a list: the scripts' GET fails.
+		rc := conn(t, s.Addr)
+		if _, err := rc.Do("DEL", "kit:wrongtype"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rc.Do("RPUSH", "kit:wrongtype", "x"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Extend(ctx, 10*time.Second); !errors.Is(err, redlock.ErrNotObtained) || !hasCode(err, "WRONGTYPE") {
+			t.Errorf("Extend over a list: %v, want ErrNotObtained with a WRONGTYPE ReplyError", err)
+		}
+		if err := l.Unlock(ctx); err == nil || !hasCode(err, "WRONGTYPE") {
+			t.Errorf("Unlock over a list: %v, want a WRONGTYPE ReplyError", err)
+		}
+	})
+	t.Run("NOSCRIPT", func(t *testing.T) {
+		servers := start(t, 3)
+		c := k.client(t, servers)
+		l, err := c.Lock(ctx, "kit:noscript", 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range servers {
+			if _, err := conn(t, s.Addr).Do("SCRIPT", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Extend(ctx, 10*time.Second); err != nil {
+			t.Errorf("Extend after SCRIPT FLUSH: %v, want the EVAL fallback to work", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
+	})
+	t.Run("MOVED", func(t *testing.T) {
+		requireRedis(t, true)
+		rc := redistest.StartRedisCluster(t, 3)
+		node := rc.Primaries[0]
+		key := keyElsewhere(t, rc, node)
+		// A client for one cluster node that does not follow redirections.
+		lockFails(t, k.a.Dial(t, Server{Addr: node.Addr}), key, "MOVED")
+	})
+	t.Run("LOADING", func(t *testing.T) {
+		f := startLoading(t)
+		lockFails(t, k.a.Dial(t, Server{Addr: f.addr()}), "kit:loading", "LOADING")
+		if f.commands() == 0 {
+			t.Error("the stand-in answered no command with LOADING")
+		}
+	})
+}
+
+// hasCode reports whether err holds a ReplyError with code.
+func hasCode(err error, code string) bool {
+	var rerr redlock.ReplyError
+	return errors.As(err, &rerr) && rerr.Code() == code
+}
+
+// keyElsewhere returns a key that node does not serve.
+func keyElsewhere(t testing.TB, rc *redistest.RedisCluster, node *redistest.Server) string {
+	t.Helper()
+	for i := range 1000 {
+		key := fmt.Sprintf("kit:moved:%d", i)
+		if rc.Owner(t, key) != node {
+			return key
+		}
+	}
+	t.Fatal("no key outside the node's slots")
+	return ""
+}
+
+func (k *kit) tls(t *testing.T) {
+	requireRedis(t, false)
+	files := redistest.GenerateTLS(t)
+	servers := []*redistest.Server{redistest.StartTLS(t, files), redistest.StartTLS(t, files), redistest.StartTLS(t, files)}
+	pools := make([]redlock.Pool, len(servers))
+	for i, s := range servers {
+		pools[i] = k.a.Dial(t, Server{Addr: s.Addr, TLS: files.Client})
+	}
+	c := newClient(t, pools, redlock.WithFencing())
+	l, err := c.Lock(context.Background(), "kit:tls", 10*time.Second)
+	if err != nil {
+		t.Fatalf("Lock over TLS: %v", err)
+	}
+	if err := l.Extend(context.Background(), 10*time.Second); err != nil {
+		t.Errorf("Extend over TLS: %v", err)
+	}
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Errorf("Unlock over TLS: %v", err)
+	}
+
+	// Without TLS the same servers answer nothing useful.
+	plain := newClient(t, []redlock.Pool{k.a.Dial(t, Server{Addr: servers[0].Addr})})
+	if _, err := plain.TryLock(context.Background(), "kit:tls:plain", time.Second); err == nil {
+		t.Error("a plain-text client locked on a TLS-only server")
+	}
+}
+
+// aclRules allow only what the library sends, plus the connection commands
+// drivers send when they connect (HELLO, CLIENT, AUTH...).
+var aclRules = []string{"~*", "&*", "+@connection", "+set", "+get", "+del", "+pexpire", "+eval", "+evalsha", "+publish", "+subscribe", "+unsubscribe"}
+
+func (k *kit) acl(t *testing.T) {
+	args := append([]string{"--user", "default", "off", "--user", "locker", "on", ">lockpw"}, aclRules...)
+	servers := startAuth(t, 3, []redis.DialOption{redis.DialUsername("locker"), redis.DialPassword("lockpw")}, args...)
+	pools := make([]redlock.Pool, len(servers))
+	for i, s := range servers {
+		pools[i] = k.a.Dial(t, Server{Addr: s.Addr, Username: "locker", Password: "lockpw"})
+	}
+	c := newClient(t, pools, redlock.WithFencing())
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "kit:acl", 10*time.Second)
+	if err != nil {
+		t.Fatalf("Lock as an ACL user: %v", err)
+	}
+	if err := l.Extend(ctx, 10*time.Second); err != nil {
+		t.Errorf("Extend as an ACL user: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock as an ACL user: %v", err)
+	}
+
+	wrong := newClient(t, []redlock.Pool{k.a.Dial(t, Server{Addr: servers[0].Addr, Username: "locker", Password: "wrong"})})
+	if _, err := wrong.TryLock(ctx, "kit:acl:wrong", time.Second); err == nil {
+		t.Error("a wrong password locked")
+	}
+}
+
+func (k *kit) names(t *testing.T) {
+	s := start(t, 1)[0]
+	pool := k.a.Dial(t, Server{Addr: s.Addr})
+	namer, ok := pool.(redlock.Namer)
+	if !ok {
+		t.Skipf("%T does not implement redlock.Namer: node errors will show indexes only", pool)
+	}
+	if namer.Name() != s.Addr {
+		t.Errorf("Name() = %q, want %q", namer.Name(), s.Addr)
+	}
+	s.Stop()
+	c := newClient(t, []redlock.Pool{pool})
+	_, err := c.TryLock(context.Background(), "kit:names", time.Second)
+	var ne *redlock.NodeError
+	if !errors.As(err, &ne) || ne.Addr != s.Addr || !strings.Contains(err.Error(), s.Addr) {
+		t.Errorf("TryLock on a stopped node: %v, want a NodeError naming %s", err, s.Addr)
+	}
+}
+
+func (k *kit) subscribe(t *testing.T) {
+	s := start(t, 1)[0]
+	pool := k.a.Dial(t, Server{Addr: s.Addr})
+	sub, ok := pool.(redlock.Subscriber)
+	if !ok {
+		t.Skipf("%T does not implement redlock.Subscriber: waiters cannot be woken on release", pool)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	got := make(chan string, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- sub.Subscribe(ctx, "kit:channel", func() { close(ready) }, func(p string) { got <- p })
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Subscribe returned before it was ready: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe not ready after 5s")
+	}
+	rc := conn(t, s.Addr)
+	for _, msg := range []string{"one", "two"} {
+		if _, err := rc.Do("PUBLISH", "kit:channel", msg); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case p := <-got:
+			if p != msg {
+				t.Errorf("got %q, want %q", p, msg)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("message %q not delivered after 5s", msg)
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe still running 5s after its context ended")
+	}
+
+	// A subscription to a server that goes away ends with an error.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	ready2 := make(chan struct{})
+	go func() {
+		done <- sub.Subscribe(ctx2, "kit:channel", func() { close(ready2) }, func(string) {})
+	}()
+	select {
+	case <-ready2:
+	case <-time.After(5 * time.Second):
+		t.Fatal("second Subscribe not ready after 5s")
+	}
+	s.Stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Subscribe returned nil after its server stopped")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Subscribe still running 10s after its server stopped")
+	}
+}
+
+func (k *kit) cluster(t *testing.T) {
+	if k.a.DialCluster == nil {
+		t.Skip("Adapter.DialCluster is not set: the adapter does not support Redis Cluster members")
+	}
+	requireRedis(t, true)
+	members := make([]*redistest.RedisCluster, 3)
+	pools := make([]redlock.Pool, 3)
+	for i := range members {
+		members[i] = redistest.StartRedisCluster(t, 3)
+		var seeds []Server
+		for _, addr := range members[i].Addrs() {
+			seeds = append(seeds, Server{Addr: addr})
+		}
+		pools[i] = k.a.DialCluster(t, seeds)
+	}
+	ctx := context.Background()
+
+	for _, fenced := range []bool{false, true} {
+		var opts []redlock.Option
+		if fenced {
+			opts = append(opts, redlock.WithFencing())
+		}
+		c := newClient(t, pools, opts...)
+		for _, key := range []string{"kit:cluster", "kit:{tagged}:cluster"} {
+			l, err := c.Lock(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatalf("Lock %q (fencing %v) on cluster members: %v", key, fenced, err)
+			}
+			if fenced && l.Token() == 0 {
+				t.Errorf("Lock %q: no fencing token", key)
+			}
+			if err := l.Extend(ctx, 10*time.Second); err != nil {
+				t.Errorf("Extend %q (fencing %v): %v", key, fenced, err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("Unlock %q (fencing %v): %v", key, fenced, err)
+			}
+		}
+	}
+
+	// A primary of one member dies: that member fails, the other two hold.
+	c := newClient(t, pools, redlock.WithFencing())
+	l, err := c.Lock(ctx, "kit:cluster:kill", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members[0].Owner(t, "kit:cluster:kill").Stop()
+	if _, err := c.TryLock(ctx, "kit:cluster:kill", time.Second); !errors.Is(err, redlock.ErrNotObtained) {
+		t.Errorf("TryLock by another holder after a primary died: %v, want ErrNotObtained", err)
+	}
+	if err := l.Extend(ctx, 30*time.Second); err != nil {
+		t.Errorf("Extend on the two surviving members: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock on the two surviving members: %v", err)
+	}
+}
