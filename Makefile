@@ -1,4 +1,4 @@
-# make test: the whole suite, installing what it needs first.
+# make test: the whole suite, every module, installing what it needs first.
 # make bench: the benchmarks (see docs/benchmarks.md).
 # make sim: the full deterministic simulation, 100,000 schedules (docs/fencing.md).
 
@@ -13,23 +13,32 @@ export REDLOCK_REQUIRE_DOCKER ?= 1
 
 .PHONY: test deps fmt vet bench sim
 
+# Every module: the root, then each folder with a go.mod of its own (the
+# driver adapters, bench/...), found rather than listed.
+MODULES := . $(sort $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*')))
+
 test: deps fmt vet
-	$(GO) test -race -count=1 -timeout 18m ./...
+	@set -e; for m in $(MODULES); do \
+		echo "== go test $$m"; \
+		(cd $$m && $(GO) test -race -count=1 -timeout 18m ./...); \
+	done
 
 # Debian's redis-server provides the real Redis nodes: local processes for the
 # integration tests, and the binary the container image is built from.
+# redis-tools' redis-cli joins the Redis Cluster members of the adapters' tests.
 deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-		echo "installing redis-server"; \
+	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
+		echo "installing redis-server and redis-tools"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools >/dev/null; \
+	fi
 	@redis-server --version
 
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
-	$(GO) vet ./...
+	@set -e; for m in $(MODULES); do echo "== go vet $$m"; (cd $$m && $(GO) vet ./...); done
 
 # The benchmarks: the root package against the floor, then bench/ (its own
 # module) against redsync, on local redis-server nodes. Results go to
