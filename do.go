@@ -34,6 +34,14 @@ const extendEvery = 3
 // is cancelled, fn's context is cancelled too, but the lock is kept and
 // extended until fn returns.
 //
+// The rule that ties the two together: Do's error wraps ErrLockLost exactly
+// when the lock was lost before fn returned, and context.Cause of fn's
+// context is the first reason fn was asked to stop. So the cause wraps
+// ErrLockLost exactly when Do's error does, with one exception: if ctx was
+// cancelled first, the cause stays ctx's, and a loss that follows while fn
+// winds down shows in Do's error only. A loss after fn returned shows in
+// neither.
+//
 // On each path:
 //   - If the lock cannot be acquired, Do returns Lock's error and fn does not
 //     run.
@@ -63,9 +71,16 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	go func() { kept <- c.keep(l, ttl, stop, cancel) }()
 
 	defer func() {
-		// Runs even if fn panicked: judge validity at fn's return, stop
-		// extending, then release.
+		// Runs even if fn panicked: judge validity at fn's return, settle
+		// fn's context with that verdict, stop extending, then release.
 		held := c.clock.Now().Before(l.Until())
+		if held {
+			// fn returned in time: a loss that keep sees from now on came
+			// after fn, and must not become fn's cause.
+			cancel(context.Canceled)
+		} else {
+			cancel(lostCause("validity ran out before fn returned", nil))
+		}
 		close(stop)
 		lost := <-kept
 		switch {
@@ -75,7 +90,6 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		case !held && lost.err == nil:
 			lost.err = lostCause("validity ran out before fn returned", nil)
 		}
-		cancel(context.Canceled)
 		_ = l.Unlock(context.WithoutCancel(ctx))
 		if lost.err != nil {
 			err = errors.Join(err, lost.err)

@@ -24,11 +24,14 @@ type Guard struct {
 	highest uint64
 }
 
-// Do runs write if token is at least the highest token admitted so far, and
-// then records token. The check and write run under the Guard's lock, so no
-// stale write can slip in between. It returns ErrStaleToken, without running
-// write, for a stale token, and an error wrapping ErrInvalid for token 0
-// (a lock made without WithFencing).
+// Do admits token if it is at least the highest token admitted so far:
+// it records token as the highest, then runs write and returns its error.
+// The check, the record and the write run under the Guard's lock, so no stale
+// write can slip in between. The token stays recorded even if write fails:
+// the lock that issued it was granted after every lock with a lower token,
+// so their holders are stale whether or not this write took effect. It
+// returns ErrStaleToken, without running write, for a stale token, and an
+// error wrapping ErrInvalid for token 0 (a lock made without WithFencing).
 func (g *Guard) Do(token uint64, write func() error) error {
 	if token == 0 {
 		return invalid("fencing token 0: the lock was made without WithFencing")

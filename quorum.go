@@ -41,7 +41,8 @@ type round struct {
 	// command that went ahead of this round's op (an Unlock whose release
 	// entered the node's pipe before this round's SET did). After a won
 	// round, such a node runs undo itself once its op returns, so that a SET
-	// landing after the release leaves no orphan key.
+	// landing after the release leaves no orphan key (a SET whose reply
+	// timed out may still land later: docs/algorithm.md).
 	overtaken overtaker
 }
 
@@ -119,15 +120,19 @@ func causeOrder(err error) int {
 //   - It returns lost as soon as a majority is impossible: more than
 //     N − quorum nodes refused, failed or timed out. A majority for which
 //     r.valid reports false is lost too (step 3).
-//   - It returns lost when ctx ends, with ctx.Err() among the causes. If ctx
-//     has already ended, it sends nothing.
+//   - It returns lost when ctx ends, with ctx.Err() among the causes; a lost
+//     round whose ctx has ended by the time the vote stops has ctx.Err()
+//     among its causes too, even if the node deadline fired first. If ctx
+//     has already ended, it sends nothing; with r.undoAll, it still runs
+//     r.lost and then r.undo on every node, as for any lost round.
 //   - Nodes still in flight when it returns go on in the background until the
 //     deadline; their answers are dropped. This is what lets a frozen node
 //     delay no one. A later command to such a node (an Unlock right after a
 //     Lock) queues behind the one in flight, in the node's pipe, so it cannot
 //     overtake it; and an op that had not reached the pipe yet when that
 //     command did runs r.undo itself once it returns (r.overtaken), so that
-//     no orphan key is left either way.
+//     no orphan key is left either way, short of a timed-out SET that
+//     reaches the node late (docs/algorithm.md bounds that case).
 //   - After a lost round with r.undo set, each node that may hold state runs
 //     r.undo (step 4). A node still in flight runs it once its op returns, on
 //     the same goroutine, so the undo follows the op. The undo has a fresh
@@ -145,7 +150,12 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	t = tally{n: n, quorum: c.quorum}
 	if err := ctx.Err(); err != nil {
 		t.causes = append(t.causes, err)
-		return false, t // nothing sent, so nothing to undo
+		if r.undoAll {
+			// Nothing sent, but the nodes may hold an earlier round's state
+			// (fencing's round 1 SETs): a lost round must still release it.
+			c.undoEvery(ctx, r)
+		}
+		return false, t
 	}
 
 	deadline := c.nodeDeadline(ctx)
@@ -231,6 +241,11 @@ vote:
 	if won && r.valid != nil && !r.valid() {
 		won, t.late = false, true
 	}
+	if err := ctxEnded(ctx); !won && err != nil && !slices.Contains(t.causes, err) {
+		// ctx's deadline and the node deadline are often the same instant;
+		// whichever fired first, the caller's ctx.Err() stays reachable.
+		t.causes = append(t.causes, err)
+	}
 	if r.undo == nil {
 		return won, t
 	}
@@ -264,6 +279,18 @@ vote:
 	return won, t
 }
 
+// ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's
+// deadline has passed even if ctx's own timer has not fired yet.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // undoChans makes the channels by which a round with an undo tells its node
 // goroutines the verdict (decided is closed once it is set) and learns that
 // they are done (undone).
@@ -282,6 +309,34 @@ func (c *Client) nodeDeadline(ctx context.Context) time.Time {
 		return d
 	}
 	return deadline
+}
+
+// undoEvery runs r.lost, then r.undo on every node in parallel with a fresh
+// node timeout that survives ctx's cancellation, and waits for them at most
+// that long.
+func (c *Client) undoEvery(ctx context.Context, r round) {
+	if r.lost != nil {
+		r.lost()
+	}
+	deadline := time.Now().Add(c.nodeTimeout)
+	undoCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	undone := make(chan struct{}, len(c.nodes))
+	c.calls.Add(len(c.nodes))
+	for _, nd := range c.nodes {
+		go func() {
+			defer c.calls.Done()
+			r.undo(undoCtx, nd, deadline)
+			undone <- struct{}{}
+		}()
+	}
+	for range c.nodes {
+		select {
+		case <-undone:
+		case <-undoCtx.Done():
+			return
+		}
+	}
 }
 
 // undoLate runs r.undo on a node whose op finished after the caller had

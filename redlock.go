@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	mathrand "math/rand/v2"
 	"reflect"
 	"sync"
@@ -141,6 +142,9 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		return nil, invalid("tries %d must be at least 1", c.tries)
 	case c.retryMin < 0 || c.retryMin > c.retryMax:
 		return nil, invalid("retry delay range [%v, %v] must have 0 <= min <= max", c.retryMin, c.retryMax)
+	case c.retryMax-c.retryMin == math.MaxInt64:
+		// retryDelay draws from max−min+1 values, which must fit.
+		return nil, invalid("retry delay range [%v, %v] is too wide", c.retryMin, c.retryMax)
 	case !(c.driftFactor >= 0 && c.driftFactor < 1): // also rejects NaN
 		return nil, invalid("drift factor %v must lie in [0, 1)", c.driftFactor)
 	case c.nodeTimeout <= 0:
@@ -489,6 +493,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	defer l.mu.Unlock()
 	switch {
 	case l.until.IsZero(): // released while extending
+		return ErrExpired
+	case won && !c.clock.Now().Before(l.until):
+		// The window closed while the answers came in: Until never moves
+		// forward once it has passed, so Done and Until stay consistent.
 		return ErrExpired
 	case won:
 		l.setUntilLocked(until)
