@@ -122,7 +122,7 @@ type redlockLocker struct{ c *redlock.Client }
 func newRedlock(pools []*redis.Pool) locker {
 	ps := make([]redlock.Pool, len(pools))
 	for i, p := range pools {
-		ps[i] = p
+		ps[i] = &redlock.RedigoPool{Pool: p}
 	}
 	c, err := redlock.New(ps, redlock.WithTries(tries), redlock.WithRetryDelay(retryMin, retryMax))
 	if err != nil {

@@ -38,7 +38,7 @@ func startNodes(b testing.TB, n int) []string {
 func newPools(b testing.TB, addrs []string) []*redis.Pool {
 	pools := make([]*redis.Pool, len(addrs))
 	for i, a := range addrs {
-		pools[i] = redlock.NewPool(a)
+		pools[i] = redlock.NewPool(a).Pool
 	}
 	b.Cleanup(func() {
 		for _, p := range pools {
