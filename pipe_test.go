@@ -164,7 +164,7 @@ func TestRoundBoundedWhenPoolIgnoresContext(t *testing.T) {
 		won   bool
 	}{
 		{"minority hangs", []Pool{p1, hang, p2}, true},
-		{"majority hangs", []Pool{p1, hang, hang}, false},
+		{"majority hangs", []Pool{p1, hang, &hangingPool{release: hang.release}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := New(tc.pools, WithNodeTimeout(timeout))

@@ -129,7 +129,17 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		if isNil(p) {
 			return nil, invalid("pool %d is nil", i)
 		}
-		c.nodes = append(c.nodes, newNode(i, p))
+		n := newNode(i, p)
+		for _, prev := range c.nodes {
+			// One server counted twice would give it two votes.
+			switch {
+			case samePool(prev.pool, p):
+				return nil, invalid("pools %d and %d are the same pool; each must be an independent master", prev.index, i)
+			case n.name != "" && n.name == prev.name:
+				return nil, invalid("pools %d and %d both reach %s; each must be an independent master", prev.index, i, n.name)
+			}
+		}
+		c.nodes = append(c.nodes, n)
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -155,6 +165,13 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		return nil, invalid("nil token function")
 	}
 	return c, nil
+}
+
+// samePool reports whether a and b are the same Pool value. Values of a type
+// that cannot be compared are taken to differ.
+func samePool(a, b Pool) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }
 
 // isNil reports whether v is nil or a typed nil pointer, which would panic on
@@ -327,7 +344,9 @@ func randomToken() (string, error) {
 }
 
 // A Lock is a held lock: a key set to a token on a majority of nodes.
-// Its methods are safe for concurrent use. The lock is exclusive only until
+// Its methods are safe for concurrent use. The nil *Lock that a failed Lock
+// returns holds nothing: Until is zero, Done is closed, and Extend and Unlock
+// return an error wrapping ErrInvalid. The lock is exclusive only until
 // Until; work that may outlast it must Extend first, and must stop if Extend
 // fails.
 type Lock struct {
@@ -370,22 +389,40 @@ func (l *Lock) overtakenAt(node int) bool {
 }
 
 // Key returns the locked key.
-func (l *Lock) Key() string { return l.key }
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
 
 // Value returns the token that marks this acquisition on each node.
-func (l *Lock) Value() string { return l.token }
+func (l *Lock) Value() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
 
 // Token returns the lock's fencing token, or 0 if the Client was made
 // without WithFencing. Tokens of successive locks on a key grow strictly in
 // the order the locks were granted, under the assumptions in docs/fencing.md.
 // Pass it with every write to a resource that the lock protects, and let the
 // resource reject tokens lower than the highest it has seen (Guard).
-func (l *Lock) Token() uint64 { return l.fence }
+func (l *Lock) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
 
 // Until returns the end of the validity window, on the client's clock: the
 // lock is proven exclusive before this instant and not after. It returns the
 // zero Time once the lock has been released.
 func (l *Lock) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.until
@@ -402,6 +439,9 @@ func (l *Lock) Until() time.Time {
 // after. Closing the channel is all it does; it makes no network call. The
 // timer behind it is stopped once the channel is closed.
 func (l *Lock) Done() <-chan struct{} {
+	if l == nil {
+		return closedChan
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil {
@@ -410,6 +450,9 @@ func (l *Lock) Done() <-chan struct{} {
 	}
 	return l.done
 }
+
+// closedChan is the Done channel of the nil *Lock: it holds nothing.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // setUntilLocked moves the end of validity and re-arms Done's timer.
 // l.mu must be held.
@@ -467,6 +510,9 @@ func (l *Lock) expire() {
 // new deadline: the holder asked for no more than ttl from now. Extend takes
 // at most one node timeout.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return errNilLock
+	}
 	c := l.client
 	ttl, err := c.check(ctx, l.key, ttl)
 	if err != nil {
@@ -529,6 +575,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // critical section may not have been exclusive. Unlock takes at most one
 // node timeout.
 func (l *Lock) Unlock(ctx context.Context) error {
+	if l == nil {
+		return errNilLock
+	}
 	c := l.client
 	if ctx == nil {
 		return invalid("nil context")
@@ -560,6 +609,10 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	return nil
 }
+
+// errNilLock is what Extend and Unlock return on the nil *Lock of a failed
+// Lock, instead of panicking.
+var errNilLock = invalid("nil *Lock: the Lock call that returned it failed")
 
 // errNotReleased heads the error of an Unlock that reached too few nodes.
 var errNotReleased = errors.New("redlock: release not confirmed")

@@ -668,6 +668,11 @@ func TestBadInput(t *testing.T) {
 		"nil clock":            {pools, []redlock.Option{redlock.WithClock(nil)}},
 		"nil token func":       {pools, []redlock.Option{redlock.WithTokenFunc(nil)}},
 		"nil option":           {pools, []redlock.Option{nil}},
+		"same pool twice":      {[]redlock.Pool{c.pools[0], c.pools[1], c.pools[0]}, nil},
+		"same address twice": {[]redlock.Pool{
+			redlock.NewPool(c.nodes[0].Addr()), redlock.NewPool(c.nodes[1].Addr()), redlock.NewPool(c.nodes[0].Addr()),
+		}, nil},
+		"overflowing retry range": {pools, []redlock.Option{redlock.WithRetryDelay(0, math.MaxInt64)}},
 	}
 	for name, tc := range newCases {
 		client, err := redlock.New(tc.pools, tc.opts...)
@@ -694,6 +699,8 @@ func TestBadInput(t *testing.T) {
 		"extend nil ctx":    func() error { return held.Extend(nil, time.Second) }, //nolint:staticcheck
 		"unlock nil ctx":    func() error { return held.Unlock(nil) },              //nolint:staticcheck
 		"extend under drft": func() error { return held.Extend(ctx, 2*time.Millisecond) },
+		"extend a nil lock": func() error { var l *redlock.Lock; return l.Extend(ctx, time.Second) },
+		"unlock a nil lock": func() error { var l *redlock.Lock; return l.Unlock(ctx) },
 	}
 	for name, call := range callCases {
 		err := call()
@@ -703,6 +710,17 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	assert.Equal(t, before, c.gets(), "bad input made a network call")
+
+	// The nil *Lock of a failed Lock holds nothing, and says so.
+	var none *redlock.Lock
+	assert.True(t, none.Until().IsZero())
+	assert.Empty(t, none.Key()+none.Value())
+	assert.Zero(t, none.Token())
+	select {
+	case <-none.Done():
+	default:
+		t.Error("Done of the nil *Lock is not closed")
+	}
 }
 
 // Errors read on one line and keep every cause reachable.

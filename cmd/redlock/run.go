@@ -127,8 +127,14 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 		return nil, fmt.Errorf("--wait %v must not be negative", cfg.wait)
 	case cfg.grace < 0:
 		return nil, fmt.Errorf("--grace %v must not be negative", cfg.grace)
-	case cfg.nodeTimeout <= 0 || cfg.nodeTimeout >= cfg.ttl/3:
-		return nil, fmt.Errorf("--node-timeout %v must be positive and under ttl/3 (%v)", cfg.nodeTimeout, cfg.ttl/3)
+	case cfg.nodeTimeout <= 0:
+		return nil, fmt.Errorf("--node-timeout %v must be positive", cfg.nodeTimeout)
+	case cfg.nodeTimeout >= cfg.ttl/3 && !flagSet(fs, "node-timeout"):
+		return nil, fmt.Errorf("--ttl %v is too short: it must exceed three node timeouts, and the node timeout is %v (the default); give a --ttl over %v, or a shorter --node-timeout",
+			cfg.ttl, cfg.nodeTimeout, 3*cfg.nodeTimeout)
+	case cfg.nodeTimeout >= cfg.ttl/3:
+		return nil, fmt.Errorf("--node-timeout %v must be under a third of --ttl %v (%v): shorten it or lengthen --ttl",
+			cfg.nodeTimeout, cfg.ttl, cfg.ttl/3)
 	case len(cfg.argv) == 0:
 		return nil, errors.New("no command given: redlock run [flags] -- CMD [ARGS...]")
 	}
@@ -150,6 +156,13 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 		cfg.dialOpts = append(cfg.dialOpts, redis.DialPassword(pw))
 	}
 	return cfg, nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // parseNodes splits a comma-separated node list and checks each address.
@@ -247,6 +260,11 @@ func runLocked(cfg *runConfig, stderr io.Writer) int {
 		return exitNotAcquired
 	case child == nil && g.signal() != nil:
 		return 128 + int(g.signal().(syscall.Signal))
+	case child == nil && errors.Is(err, redlock.ErrInvalid):
+		// Arguments the library refuses (a ttl within the drift allowance)
+		// are bad usage, not a lock held elsewhere.
+		logf("%s", plain(err))
+		return exitUsage
 	case child == nil:
 		logf("lock %q not acquired: %s", cfg.key, plain(err))
 		return exitNotAcquired

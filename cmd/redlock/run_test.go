@@ -213,7 +213,8 @@ func TestRunBadUsage(t *testing.T) {
 		{"no command", []string{"--nodes", "a:1", "--key", "k"}, none, "no command"},
 		{"bad ttl", []string{"--nodes", "a:1", "--key", "k", "--ttl", "0s", cmd, "true"}, none, "--ttl"},
 		{"negative wait", []string{"--nodes", "a:1", "--key", "k", "--wait", "-1s", cmd, "true"}, none, "--wait"},
-		{"node timeout over ttl/3", []string{"--nodes", "a:1", "--key", "k", "--ttl", "300ms", cmd, "true"}, none, "--node-timeout"},
+		{"ttl under three default node timeouts", []string{"--nodes", "a:1", "--key", "k", "--ttl", "500ms", cmd, "true"}, none, "--ttl 500ms is too short"},
+		{"node timeout over ttl/3", []string{"--nodes", "a:1", "--key", "k", "--ttl", "300ms", "--node-timeout", "150ms", cmd, "true"}, none, "--node-timeout 150ms must be under a third of --ttl"},
 		{"unknown flag", []string{"--password", "x", cmd, "true"}, none, "bad flags"},
 		{"cert without key", []string{"--nodes", "a:1", "--key", "k", "--tls-cert", "c.pem", cmd, "true"}, none, "go together"},
 		{"missing CA", []string{"--nodes", "a:1", "--key", "k", "--tls-ca", "/nonexistent.pem", cmd, "true"}, none, "--tls-ca"},
@@ -230,6 +231,18 @@ func TestRunBadUsage(t *testing.T) {
 	var stderr strings.Builder
 	if code := dispatch([]string{"frobnicate"}, none, io.Discard, &stderr); code != exitUsage {
 		t.Errorf("unknown command: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// A ttl that the library refuses (within the clock-drift allowance) is bad
+// usage, not a lock held elsewhere.
+func TestRunTTLWithinDriftIsUsage(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	var stderr strings.Builder
+	code := dispatch([]string{"run", "--nodes", servers[0].Addr, "--key", "k", "--ttl", "1ms", "--node-timeout", "100us", "--", "true"},
+		func(string) string { return "" }, io.Discard, &stderr)
+	if code != exitUsage || !strings.Contains(stderr.String(), "drift") {
+		t.Errorf("exit %d, stderr %q; want %d naming the drift allowance", code, stderr.String(), exitUsage)
 	}
 }
 
