@@ -3,7 +3,7 @@ package redlock
 // Settle waits until no node call of c is running, including those that
 // returned calls left in the background. Tests use it before they inspect
 // every node.
-func Settle(c *Client) { c.calls.Wait() }
+func Settle(c *Client) { c.calls.wait(-1) }
 
 // HoldNodeStart makes each round's goroutine for node of client wait until
 // release is closed, as if the scheduler had not run it yet. It returns a

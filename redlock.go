@@ -42,7 +42,30 @@ type Client struct {
 	newToken           func() (string, error)
 	fencing            bool
 
-	calls sync.WaitGroup // node calls running, including those no caller waits for
+	calls  inflight    // node calls running, including those no caller waits for
+	closed atomic.Bool // Close has been called
+}
+
+// inflight counts running node calls. Unlike a sync.WaitGroup it may be
+// waited for while calls start, as Close must allow; the wait polls, which
+// costs nothing on the hot path.
+type inflight struct{ n atomic.Int64 }
+
+func (f *inflight) Add(k int) { f.n.Add(int64(k)) }
+func (f *inflight) Done()     { f.n.Add(-1) }
+func (f *inflight) Wait()     { f.wait(-1) }
+
+// wait reports whether no call was running at some moment before limit
+// passed; a negative limit waits for ever.
+func (f *inflight) wait(limit time.Duration) bool {
+	end := time.Now().Add(limit)
+	for f.n.Load() > 0 {
+		if limit >= 0 && time.Now().After(end) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
 }
 
 // An Option configures a Client. Options are checked by New.
@@ -210,6 +233,9 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
 		return nil, err
+	}
+	if c.closed.Load() {
+		return nil, invalid("%v", errClosed)
 	}
 	for try := 1; ; try++ {
 		l, err := c.acquire(ctx, key, ttl)

@@ -238,6 +238,9 @@ func runLocked(cfg *runConfig, stderr io.Writer) int {
 		logf("%v", err)
 		return exitUsage
 	}
+	// Before the pools close: the releases Unlock left to finish on the
+	// slower nodes must land, or the key stays there for a whole ttl.
+	defer client.Close()
 
 	g := newGate()
 	defer g.stop()

@@ -1,0 +1,99 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock"
+)
+
+// Ping reports every node, bounded by the node timeout even when a node
+// hangs, and says how far the deployment is from losing its quorum.
+func TestPing(t *testing.T) {
+	c := newCluster(t, 5)
+	const timeout = 200 * time.Millisecond
+	client := c.client(t, redlock.WithNodeTimeout(timeout))
+	h, err := client.Ping(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 5, h.Up)
+	assert.Equal(t, 2, h.Spare())
+	assert.False(t, h.Degraded())
+
+	c.pools[1].set(failing)
+	c.pools[3].set(hanging)
+	start := time.Now()
+	h, err = client.Ping(context.Background())
+	d := time.Since(start)
+	require.NoError(t, err)
+	assert.Less(t, d, timeout+500*time.Millisecond, "Ping waited past the node timeout")
+	assert.Equal(t, 3, h.Up)
+	assert.Equal(t, 0, h.Spare(), "three of five up survive no further failure")
+	assert.True(t, h.Degraded())
+	for i, n := range h.Nodes {
+		assert.Equal(t, i, n.Node)
+		switch i {
+		case 1:
+			assert.ErrorIs(t, n.Err, errNodeDown)
+		case 3:
+			assert.ErrorIs(t, n.Err, redlock.ErrNodeTimeout)
+		default:
+			assert.NoError(t, n.Err, "node %d", i)
+		}
+	}
+	assert.Contains(t, h.String(), "3 of 5 nodes up, quorum 3, 0 more may fail")
+
+	_, err = client.Ping(nil) //nolint:staticcheck
+	assert.ErrorIs(t, err, redlock.ErrInvalid)
+}
+
+// Close waits for the releases that Unlock left running, so that a program
+// that exits right after Unlock leaves no key behind, and then refuses new
+// locks.
+func TestCloseWaitsForBackgroundReleases(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t, redlock.WithNodeTimeout(2*time.Second))
+	l, err := client.TryLock(context.Background(), "close", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+
+	slow := make(chan struct{})
+	c.pools[2].onGet(func() { <-slow }) // node 2's release waits
+	require.NoError(t, l.Unlock(context.Background()), "Unlock returns on the majority")
+	assert.Equal(t, l.Value(), c.values("close")[2], "node 2 released before its turn")
+
+	closed := make(chan error, 1)
+	go func() { closed <- client.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a release was still running", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(slow)
+	require.NoError(t, <-closed)
+	assert.Equal(t, []string{"", "", ""}, c.values("close"), "a release was still running when Close returned")
+
+	_, err = client.TryLock(context.Background(), "after", time.Second)
+	assert.ErrorIs(t, err, redlock.ErrInvalid)
+	assert.Contains(t, err.Error(), "closed")
+	require.NoError(t, client.Close(), "a second Close")
+}
+
+// Close gives up after one node timeout when a call does not end.
+func TestCloseIsBounded(t *testing.T) {
+	c := newCluster(t, 3)
+	const timeout = 100 * time.Millisecond
+	client := c.client(t, redlock.WithNodeTimeout(timeout))
+	l, err := client.TryLock(context.Background(), "bounded", time.Minute)
+	require.NoError(t, err)
+	c.pools[2].set(stuck) // ignores its context until the test ends
+	require.NoError(t, l.Unlock(context.Background()))
+	start := time.Now()
+	err = client.Close()
+	assert.True(t, errors.Is(err, redlock.ErrNodeTimeout), "Close = %v, want ErrNodeTimeout", err)
+	assert.Less(t, time.Since(start), timeout+500*time.Millisecond)
+}
