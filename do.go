@@ -46,8 +46,9 @@ const extendEvery = 3
 //   - If the lock cannot be acquired, Do returns Lock's error and fn does not
 //     run.
 //   - If the lock was held until fn returned, Do returns fn's error. The
-//     release is best effort and not reported: if it fails, the key expires
-//     on the nodes it could not reach within ttl.
+//     release is best effort and not part of the error (an Observer is told
+//     of its failure): if it fails, the key expires on the nodes it could
+//     not reach within ttl.
 //   - If the lock was lost before fn returned, Do returns fn's error joined
 //     with the loss cause, so errors.Is(err, ErrLockLost) holds even for an
 //     fn that ignored its context and returned nil.
@@ -90,8 +91,11 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		case !held && lost.err == nil:
 			lost.err = lostCause("validity ran out before fn returned", nil)
 		}
-		_ = l.Unlock(context.WithoutCancel(ctx))
+		_ = l.Unlock(context.WithoutCancel(ctx)) // a failure reaches the Observer
 		if lost.err != nil {
+			if c.obs != nil {
+				c.obs.Observe(Event{Kind: EventLost, Key: key, HeldFor: time.Since(l.granted), Err: lost.err})
+			}
 			err = errors.Join(err, lost.err)
 		}
 	}()

@@ -76,9 +76,12 @@ type call struct {
 // maxFreeCalls bounds the calls a pipe keeps for reuse after a burst.
 const maxFreeCalls = 256
 
-// newCall returns a call for cmd, recycled if the pipe has one. It copies
-// cmd's arguments, so that cmd itself can live on the caller's stack.
-func (p *pipe) newCall(ctx context.Context, deadline time.Time, cmd Command) *call {
+// newCall returns a call for the command name with args, recycled if the
+// pipe has one. It copies args, so that they can live on the caller's
+// stack: the name and the arguments come apart because a Command stored
+// whole, even for a moment, would make its Args escape, and every caller's
+// argument list cost an allocation.
+func (p *pipe) newCall(ctx context.Context, deadline time.Time, name string, firstKey, numKeys int, args []any) *call {
 	p.mu.Lock()
 	var c *call
 	if n := len(p.free); n > 0 {
@@ -89,9 +92,8 @@ func (p *pipe) newCall(ctx context.Context, deadline time.Time, cmd Command) *ca
 		c = &call{done: make(chan struct{}, 1)}
 	}
 	c.ctx, c.deadline = ctx, deadline
-	c.args = append(c.args[:0], cmd.Args...)
-	c.cmd = cmd
-	c.cmd.Args = c.args
+	c.args = append(c.args[:0], args...)
+	c.cmd = Command{Name: name, Args: c.args, FirstKey: firstKey, NumKeys: numKeys}
 	return c
 }
 

@@ -152,9 +152,22 @@ func classify(r Reply) (any, error) {
 // replyCode returns the code of an error reply inside err ("NOSCRIPT"), or ""
 // if err holds none.
 func replyCode(err error) string {
-	var rerr ReplyError
-	if errors.As(err, &rerr) {
-		return rerr.Code()
+	// errors.As would cost an allocation per call, on the hot path.
+	for err != nil {
+		switch e := err.(type) {
+		case ReplyError:
+			return e.Code()
+		case *NodeError:
+			err = e.Err
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		default:
+			var rerr ReplyError
+			if errors.As(err, &rerr) { // multi-errors and the like
+				return rerr.Code()
+			}
+			return ""
+		}
 	}
 	return ""
 }
@@ -185,12 +198,13 @@ type script struct {
 	hash string // SHA1 of src, as EVALSHA wants it
 	keys int    // how many of the arguments are keys
 
-	keysArg any // keys as a command argument, converted once
+	srcArg, hashArg, keysArg any // the above as command arguments, converted once
 }
 
 func newScript(src string, keys int) script {
 	h := sha1.Sum([]byte(src))
-	return script{src: src, hash: hex.EncodeToString(h[:]), keys: keys, keysArg: int64(keys)}
+	hash := hex.EncodeToString(h[:])
+	return script{src: src, hash: hash, keys: keys, srcArg: src, hashArg: hash, keysArg: int64(keys)}
 }
 
 // fenceKey names the fencing counter of a lock key. It has no ttl: the
@@ -248,6 +262,9 @@ type cmdArgs struct {
 	// in the node's pipe; fellBack, for each node whose fenced SET had to be
 	// resent by EVAL after NOSCRIPT (acquisitions only; see Lock.overtakenAt).
 	unsent, fellBack atomic.Uint64
+
+	// The nodes that answered the operation, and agreed (round.masks).
+	masks nodeMasks
 }
 
 func newCmdArgs(key, token string, ttl time.Duration) cmdArgs {
@@ -258,8 +275,7 @@ func newCmdArgs(key, token string, ttl time.Duration) cmdArgs {
 // stored the key, and false if the key already existed: Redis answers OK or
 // a null reply, and anything else is not agreement.
 func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-	reply, err := n.send(ctx, deadline, a.lane, &a.unsent,
-		Command{Name: "SET", Args: []any{a.key, a.token, "NX", "PX", a.ttl}, NumKeys: 1})
+	reply, err := n.send(ctx, deadline, a.lane, &a.unsent, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
 	if err != nil || reply == nil {
 		return false, err
 	}
@@ -314,15 +330,16 @@ func (n *node) release(ctx context.Context, deadline time.Time, a *cmdArgs) (boo
 // deadline. A failure, including an error reply, comes back as a nil reply
 // and a *NodeError.
 func (n *node) command(ctx context.Context, deadline time.Time, cmd Command) (any, error) {
-	return n.send(ctx, deadline, 0, nil, cmd)
+	return n.send(ctx, deadline, 0, nil, cmd.Name, cmd.FirstKey, cmd.NumKeys, cmd.Args...)
 }
 
-// send sends cmd through the node's pipe lane, so that concurrent callers
-// share round trips, and classifies the reply. It clears this node's bit in
+// send sends the command name with args (the keys are the numKeys from
+// firstKey) through the node's pipe lane, so that concurrent callers share
+// round trips, and classifies the reply. It clears this node's bit in
 // unsent, if given, the moment the command takes its place in the pipe.
-func (n *node) send(ctx context.Context, deadline time.Time, lane int, unsent *atomic.Uint64, cmd Command) (any, error) {
+func (n *node) send(ctx context.Context, deadline time.Time, lane int, unsent *atomic.Uint64, name string, firstKey, numKeys int, args ...any) (any, error) {
 	p := &n.lanes[lane]
-	c := p.newCall(ctx, deadline, cmd)
+	c := p.newCall(ctx, deadline, name, firstKey, numKeys, args)
 	c.unsent, c.bit = unsent, 1<<n.index
 	p.send(n.pool, c)
 	reply, err := classify(c.reply)
@@ -350,15 +367,14 @@ func (n *node) evalMarking(ctx context.Context, deadline time.Time, a *cmdArgs, 
 
 func (n *node) evalScript(ctx context.Context, deadline time.Time, lane int, unsent, fellBack *atomic.Uint64, s *script, keysAndArgs []any) (any, error) {
 	var buf [6]any
-	args := append(append(buf[:0], s.hash, s.keysArg), keysAndArgs...)
-	cmd := Command{Name: "EVALSHA", Args: args, FirstKey: 2, NumKeys: s.keys}
-	reply, err := n.send(ctx, deadline, lane, unsent, cmd)
+	args := append(append(buf[:0], s.hashArg, s.keysArg), keysAndArgs...)
+	reply, err := n.send(ctx, deadline, lane, unsent, "EVALSHA", 2, s.keys, args...)
 	if replyCode(err) == "NOSCRIPT" {
 		if fellBack != nil {
 			fellBack.Or(1 << n.index)
 		}
-		cmd.Name, args[0] = "EVAL", s.src
-		reply, err = n.send(ctx, deadline, lane, nil, cmd)
+		args[0] = s.srcArg
+		reply, err = n.send(ctx, deadline, lane, nil, "EVAL", 2, s.keys, args...)
 	}
 	return reply, err
 }

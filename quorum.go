@@ -21,6 +21,12 @@ type nodeOp func(ctx context.Context, n *node, deadline time.Time) (bool, error)
 type round struct {
 	op nodeOp
 
+	// For the Observer (observer.go) and Lock.Held: what the round is, and
+	// the nodes that agreed and that answered, stragglers too.
+	kind  Op
+	key   string
+	masks *nodeMasks
+
 	// undo, if set, runs after a lost round on every node that may hold
 	// state from op: nodes that agreed, failed or timed out, or were still in
 	// flight. A node that refused without error holds nothing of ours, because
@@ -44,6 +50,16 @@ type round struct {
 	// landing after the release leaves no orphan key (a SET whose reply
 	// timed out may still land later: docs/algorithm.md).
 	overtaken overtaker
+}
+
+// nodeMasks records which nodes answered a round, and which of them agreed.
+type nodeMasks struct{ agreed, answered atomic.Uint64 }
+
+func (m *nodeMasks) answer(node int, yes bool) {
+	if yes {
+		m.agreed.Or(1 << node)
+	}
+	m.answered.Or(1 << node)
 }
 
 // An overtaker is told of a won round's nodes whose op returns late; a *Lock
@@ -185,7 +201,17 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 			if hook := testHookNodeStart.Load(); hook != nil {
 				(*hook)(c, nd.index)
 			}
+			var began time.Time
+			if c.obs != nil {
+				began = time.Now()
+			}
 			yes, err := r.op(opCtx, nd, deadline)
+			if r.masks != nil {
+				r.masks.answer(nd.index, yes)
+			}
+			if c.obs != nil {
+				c.observeNode(r.key, r.kind, nd, yes, err, time.Since(began))
+			}
 			ballots <- ballot{node: nd.index, yes: yes, err: err}
 			if shared.running.Add(-1) == 0 {
 				shared.cancelOps() // after the ballot: see the count below

@@ -136,14 +136,13 @@ var errPipeReplies = errors.New("redlock: pipelined reply count does not match")
 // reply as both a non-nil reply and a redis.Error: that is the command's
 // answer. Any other error broke the connection, and so the batch.
 func redigoReply(r *Reply, v any, err error) error {
-	var rerr redis.Error
-	switch {
-	case errors.As(err, &rerr):
-		*r = Reply{Err: ReplyError(rerr)}
-	case err != nil:
-		return err
-	default:
+	switch err := err.(type) {
+	case nil:
 		*r = Reply{Value: v}
+	case redis.Error: // as redigo returns it; errors.As would allocate
+		*r = Reply{Err: ReplyError(err)}
+	default:
+		return err
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	mathrand "math/rand/v2"
 	"reflect"
 	"sync"
@@ -41,6 +42,8 @@ type Client struct {
 	clock              Clock
 	newToken           func() (string, error)
 	fencing            bool
+	obs                Observer // nil: no events are built
+	obsSet             bool     // WithObserver was given, so obs must not be nil
 
 	calls  inflight    // node calls running, including those no caller waits for
 	closed atomic.Bool // Close has been called
@@ -186,6 +189,8 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		return nil, invalid("nil clock")
 	case c.newToken == nil:
 		return nil, invalid("nil token function")
+	case c.obsSet && isNil(c.obs):
+		return nil, invalid("nil observer")
 	}
 	return c, nil
 }
@@ -237,24 +242,47 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 	if c.closed.Load() {
 		return nil, invalid("%v", errClosed)
 	}
+	var began time.Time
+	if c.obs != nil {
+		began = time.Now()
+	}
 	for try := 1; ; try++ {
+		if c.obs != nil {
+			c.obs.Observe(Event{Kind: EventAttempt, Key: key, Try: try})
+		}
 		l, err := c.acquire(ctx, key, ttl)
 		switch {
 		case err == nil:
+			if c.obs != nil {
+				c.obs.Observe(Event{Kind: EventAcquired, Key: key, Try: try, Wait: time.Since(began),
+					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum, Token: l.fence})
+			}
 			return l, nil
 		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			return nil, withCause(err, ctx.Err())
+			return nil, c.notAcquired(key, try, began, withCause(err, ctx.Err()))
 		case ctx.Err() != nil || try == tries:
-			return nil, err
+			return nil, c.notAcquired(key, try, began, err)
 		}
-		pause := time.NewTimer(c.retryDelay())
+		delay := c.retryDelay()
+		if c.obs != nil {
+			c.obs.Observe(Event{Kind: EventRetry, Key: key, Try: try, Delay: delay, Err: err})
+		}
+		pause := time.NewTimer(delay)
 		select {
 		case <-pause.C:
 		case <-ctx.Done():
 			pause.Stop()
-			return nil, withCause(err, ctx.Err())
+			return nil, c.notAcquired(key, try, began, withCause(err, ctx.Err()))
 		}
 	}
+}
+
+// notAcquired reports a Lock that gave up to the Observer and returns err.
+func (c *Client) notAcquired(key string, tries int, began time.Time, err error) error {
+	if c.obs != nil {
+		c.obs.Observe(Event{Kind: EventNotAcquired, Key: key, Try: tries, Wait: time.Since(began), Err: err})
+	}
+	return err
 }
 
 // check validates the arguments common to every call and returns the ttl
@@ -317,10 +345,12 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		}
 	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
-	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l})
+	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l,
+		kind: OpAcquire, key: key, masks: &args.masks})
 	if !won {
 		return nil, t.err(ErrNotObtained)
 	}
+	l.held.Store(&args.masks)
 
 	if c.fencing {
 		// Fencing, round 2: the token exceeds every counter the majority
@@ -338,10 +368,17 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 			undoAll: true,
 			lost:    l.letGo,
 			valid:   valid,
+			kind:    OpFence,
+			key:     key,
+			masks:   &l.fenced,
 		})
 		if !won {
 			return nil, t.err(ErrNotObtained)
 		}
+		l.held.Store(&l.fenced) // held means: holds the key with the token counted
+	}
+	if c.obs != nil {
+		l.granted = time.Now()
 	}
 	l.until = until
 	return l, nil
@@ -394,6 +431,47 @@ type Lock struct {
 	// ahead of it there. See round.overtaken.
 	overtaken atomic.Uint64
 	letGone   atomic.Bool // letGo has run
+
+	// held points to the masks of the latest successful acquisition round
+	// or Extend (Held, Margin); fenced is fencing round 2's.
+	held    atomic.Pointer[nodeMasks]
+	fenced  nodeMasks
+	granted time.Time // when Lock returned it, with an Observer (HeldFor)
+}
+
+// Held returns how many nodes hold the key with this lock's token, as far as
+// the lock knows: the nodes that agreed to its acquisition or to its latest
+// successful Extend (with WithFencing, to the round that stored its fencing
+// token). Lock and Extend return as soon as a majority agreed; nodes that
+// answer later are counted as they answer, so Held may rise for up to a
+// node timeout after the call. It is 0 for the nil *Lock.
+func (l *Lock) Held() int {
+	if l == nil {
+		return 0
+	}
+	if m := l.held.Load(); m != nil {
+		return bits.OnesCount64(m.agreed.Load())
+	}
+	return 0
+}
+
+// Margin returns how many more nodes may fail before the lock no longer
+// stands on a majority: the nodes that hold the key or have not answered
+// yet, less the quorum. 0 means the lock stands on a bare majority, one
+// node failure from loss: the deployment is degraded. It counts the latest
+// successful acquisition or Extend, and falls as nodes still in flight
+// fail. With one node, or two, it is always 0.
+func (l *Lock) Margin() int {
+	if l == nil {
+		return 0
+	}
+	m := l.held.Load()
+	if m == nil {
+		return 0
+	}
+	n := len(l.client.nodes)
+	pending := n - bits.OnesCount64(m.answered.Load())
+	return bits.OnesCount64(m.agreed.Load()) + pending - l.client.quorum
 }
 
 // letGo records, before any release is sent, which nodes' SETs a release
@@ -544,6 +622,24 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
+	var began time.Time
+	if c.obs != nil {
+		began = time.Now()
+	}
+	err = l.extend(ctx, ttl)
+	if c.obs != nil {
+		if err == nil {
+			c.obs.Observe(Event{Kind: EventExtended, Key: l.key, Latency: time.Since(began),
+				Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum})
+		} else {
+			c.obs.Observe(Event{Kind: EventExtendFailed, Key: l.key, Latency: time.Since(began), Err: err})
+		}
+	}
+	return err
+}
+
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
+	c := l.client
 	start := c.clock.Now()
 	old := l.Until()
 	if !start.Before(old) {
@@ -552,6 +648,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	until := validUntil(start, ttl, c.driftFactor)
 	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
 	won, t := c.fanout(ctx, round{
+		kind: OpExtend, key: l.key, masks: &args.masks,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.extend(ctx, deadline, args)
 		},
@@ -572,6 +669,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return ErrExpired
 	case won:
 		l.setUntilLocked(until)
+		l.held.Store(&args.masks)
 		return nil
 	default:
 		// Keys are never shortened (PEXPIRE GT), so the old window still
@@ -608,6 +706,21 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
 	}
+	if c.obs == nil {
+		return l.unlock(ctx)
+	}
+	began := time.Now()
+	err := l.unlock(ctx)
+	if err == nil {
+		c.obs.Observe(Event{Kind: EventReleased, Key: l.key, Latency: time.Since(began), HeldFor: began.Sub(l.granted)})
+	} else {
+		c.obs.Observe(Event{Kind: EventReleaseFailed, Key: l.key, Latency: time.Since(began), Err: err})
+	}
+	return err
+}
+
+func (l *Lock) unlock(ctx context.Context) error {
+	c := l.client
 	l.letGo()
 	// The lock counts as released from here on, whatever the nodes answer:
 	// the releases may delete the key on a majority even if their replies
@@ -618,6 +731,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.setUntilLocked(time.Time{})
 	l.mu.Unlock()
 	won, t := c.fanout(ctx, round{
+		kind: OpRelease, key: l.key,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.release(ctx, deadline, &l.args)
 		},

@@ -1,0 +1,210 @@
+package redlock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock"
+)
+
+// recorder keeps every event it is told of.
+type recorder struct {
+	mu     sync.Mutex
+	events []redlock.Event
+}
+
+func (r *recorder) Observe(e redlock.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) kinds(k redlock.EventKind) []redlock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []redlock.Event
+	for _, e := range r.events {
+		if e.Kind == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func TestObserverSeesEveryStep(t *testing.T) {
+	c := newCluster(t, 5)
+	rec := &recorder{}
+	client := c.client(t, redlock.WithObserver(rec), redlock.WithTries(2))
+	c.pools[1].set(errorReply) // NOPERM
+	c.pools[3].set(failing)    // connection refused
+	ctx := context.Background()
+
+	l, err := client.Lock(ctx, "obs", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	require.Len(t, rec.kinds(redlock.EventAttempt), 1)
+	acq := rec.kinds(redlock.EventAcquired)
+	require.Len(t, acq, 1)
+	assert.Equal(t, "obs", acq[0].Key)
+	assert.Equal(t, 1, acq[0].Try)
+	assert.Equal(t, 3, acq[0].Quorum)
+	assert.GreaterOrEqual(t, acq[0].Wait, time.Duration(0))
+
+	nodes := rec.kinds(redlock.EventNode)
+	require.Len(t, nodes, 5, "one event per node, stragglers included")
+	for _, e := range nodes {
+		assert.Equal(t, redlock.OpAcquire, e.Op)
+		switch e.Node {
+		case 1:
+			assert.Equal(t, redlock.Failed, e.Outcome)
+			assert.Equal(t, "NOPERM", e.Class)
+		case 3:
+			assert.Equal(t, redlock.Failed, e.Outcome)
+			assert.Equal(t, "io", e.Class)
+			assert.ErrorIs(t, e.Err, errNodeDown)
+		default:
+			assert.Equal(t, redlock.Agreed, e.Outcome, "node %d", e.Node)
+		}
+	}
+	assert.Equal(t, 3, l.Held())
+	assert.Equal(t, 0, l.Margin(), "three of five: a bare majority")
+
+	require.NoError(t, l.Extend(ctx, time.Minute))
+	require.Len(t, rec.kinds(redlock.EventExtended), 1)
+
+	// A second Lock on the held key retries once, then gives up.
+	_, err = client.Lock(ctx, "obs", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.Len(t, rec.kinds(redlock.EventRetry), 1)
+	na := rec.kinds(redlock.EventNotAcquired)
+	require.Len(t, na, 1)
+	assert.Equal(t, 2, na[0].Try)
+	assert.ErrorIs(t, na[0].Err, redlock.ErrNotObtained)
+
+	require.NoError(t, l.Unlock(ctx))
+	rel := rec.kinds(redlock.EventReleased)
+	require.Len(t, rel, 1)
+	assert.Greater(t, rel[0].HeldFor, time.Duration(0))
+
+	// A failed release is reported, with its error.
+	c.settle(t)
+	l2, err := client.TryLock(ctx, "obs2", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	for _, i := range []int{0, 2, 4} {
+		c.pools[i].set(failing)
+	}
+	require.Error(t, l2.Unlock(ctx))
+	require.Len(t, rec.kinds(redlock.EventReleaseFailed), 1)
+}
+
+func TestHeldAndMargin(t *testing.T) {
+	c := newCluster(t, 5)
+	client := c.client(t)
+	l, err := client.TryLock(context.Background(), "held", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	assert.Equal(t, 5, l.Held(), "stragglers count once they answer")
+	assert.Equal(t, 2, l.Margin())
+
+	c.pools[0].set(failing)
+	require.NoError(t, l.Extend(context.Background(), time.Minute))
+	c.settle(t)
+	assert.Equal(t, 4, l.Held(), "Held follows the latest Extend")
+	assert.Equal(t, 1, l.Margin())
+
+	fenced := c.client(t, redlock.WithFencing())
+	c.pools[0].set(healthy)
+	c.pools[4].set(failing)
+	f, err := fenced.TryLock(context.Background(), "held:fenced", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	assert.Equal(t, 4, f.Held())
+}
+
+// Do reports a lost lock to the Observer, with its cause.
+func TestObserverSeesLoss(t *testing.T) {
+	doNoLeaks(t)
+	nodes := doStart(t, 3)
+	rec := &recorder{}
+	c := nodes.client(redlock.WithObserver(rec))
+	err := c.Do(context.Background(), "lost", 300*time.Millisecond, func(ctx context.Context) error {
+		for _, m := range nodes.nodes {
+			m.FlushAll()
+		}
+		<-ctx.Done()
+		return nil
+	})
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	lost := rec.kinds(redlock.EventLost)
+	require.Len(t, lost, 1)
+	assert.ErrorIs(t, lost[0].Err, redlock.ErrLockLost)
+	assert.Equal(t, "lost", lost[0].Key)
+}
+
+func TestNilObserverRejected(t *testing.T) {
+	c := newCluster(t, 1)
+	var rec *recorder
+	_, err := redlock.New([]redlock.Pool{c.pools[0]}, redlock.WithObserver(rec))
+	require.ErrorIs(t, err, redlock.ErrInvalid)
+	_, err = redlock.New([]redlock.Pool{c.pools[0]}, redlock.WithObserver(nil))
+	require.ErrorIs(t, err, redlock.ErrInvalid)
+}
+
+func TestErrorClass(t *testing.T) {
+	for err, want := range map[error]string{
+		nil:                              "",
+		redlock.ErrNodeTimeout:           "timeout",
+		context.Canceled:                 "canceled",
+		context.DeadlineExceeded:         "deadline",
+		redlock.ReplyError("READONLY x"): "READONLY",
+		&redlock.NodeError{Err: redlock.ReplyError("OOM y")}: "OOM",
+		errors.New("connection refused"):                     "io",
+	} {
+		assert.Equal(t, want, redlock.ErrorClass(err), "%v", err)
+	}
+}
+
+// The slog observer warns of a lock on a bare majority and of a loss, and
+// keeps node failures at debug level.
+func TestSlogObserver(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c := newCluster(t, 3)
+	client := c.client(t, redlock.WithObserver(redlock.SlogObserver(logger)))
+	c.pools[2].set(failing)
+	// The healthy nodes answer after the failing one, so that the lock is
+	// known to stand on a bare majority when TryLock returns.
+	for _, i := range []int{0, 1} {
+		c.pools[i].onGet(func() { time.Sleep(20 * time.Millisecond) })
+	}
+	l, err := client.TryLock(context.Background(), "slog", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	out := buf.String()
+	assert.Contains(t, out, "level=WARN")
+	assert.Contains(t, out, "bare majority")
+	assert.Contains(t, out, "key=slog")
+	assert.NotContains(t, out, "node failed", "node failures are debug")
+	require.NoError(t, l.Unlock(context.Background()))
+
+	buf.Reset()
+	c.pools[2].set(healthy)
+	for _, i := range []int{0, 1} {
+		c.pools[i].before.Store(nil)
+	}
+	l, err = client.TryLock(context.Background(), "slog2", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	assert.Empty(t, strings.TrimSpace(buf.String()), "a healthy acquisition logs nothing at INFO")
+	require.NoError(t, l.Unlock(context.Background()))
+}
