@@ -94,7 +94,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		_ = l.Unlock(context.WithoutCancel(ctx)) // a failure reaches the Observer
 		if lost.err != nil {
 			if c.obs != nil {
-				c.obs.Observe(Event{Kind: EventLost, Key: key, HeldFor: time.Since(l.granted), Err: lost.err})
+				c.obs.Observe(ctx, Event{Kind: EventLost, ID: l.id, Key: key, HeldFor: time.Since(l.granted), Err: lost.err})
 			}
 			err = errors.Join(err, lost.err)
 		}

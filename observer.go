@@ -13,11 +13,13 @@ import (
 // OpenTelemetry metrics and spans, and SlogObserver into log records.
 //
 // Observe is called synchronously, on the goroutine doing the work, often
-// concurrently: it must be safe for concurrent use and return quickly. The
-// Event is passed by value; Observe may keep it. A Client without an
-// Observer builds no events at all.
+// concurrently: it must be safe for concurrent use and return quickly. ctx
+// is the context of the call the event belongs to (for a node's answer, a
+// context with the same values: trace spans and the like), and the Event
+// is passed by value; Observe may keep it. A Client without an Observer
+// builds no events at all.
 type Observer interface {
-	Observe(Event)
+	Observe(ctx context.Context, e Event)
 }
 
 // An EventKind says what an Event reports.
@@ -114,6 +116,13 @@ type Event struct {
 	Key  string
 	Op   Op
 
+	// ID is the call the event belongs to: every event of one Lock or
+	// TryLock call, one Extend or one Unlock, node answers included, has the
+	// same ID, unique within the Client. EventLost has the ID of the call
+	// that acquired the lock. Calls that report only when they end (Extend,
+	// Unlock) give their Latency, so that a tracer can place their start.
+	ID uint64
+
 	Node    int     // node index, for EventNode
 	Addr    string  // node address, if its Pool is a Namer
 	Outcome Outcome // for EventNode
@@ -165,8 +174,8 @@ func WithObserver(o Observer) Option {
 }
 
 // observeNode reports one node's answer to a round.
-func (c *Client) observeNode(key string, kind Op, nd *node, yes bool, err error, latency time.Duration) {
-	e := Event{Kind: EventNode, Key: key, Op: kind, Node: nd.index, Addr: nd.name, Latency: latency, Err: err}
+func (c *Client) observeNode(ctx context.Context, id uint64, key string, kind Op, nd *node, yes bool, err error, latency time.Duration) {
+	e := Event{Kind: EventNode, ID: id, Key: key, Op: kind, Node: nd.index, Addr: nd.name, Latency: latency, Err: err}
 	switch {
 	case yes:
 		e.Outcome = Agreed
@@ -175,5 +184,13 @@ func (c *Client) observeNode(key string, kind Op, nd *node, yes bool, err error,
 	default:
 		e.Outcome, e.Class = Failed, ErrorClass(err)
 	}
-	c.obs.Observe(e)
+	c.obs.Observe(ctx, e)
+}
+
+// newID returns the ID of a new call, for its events.
+func (c *Client) newID() uint64 {
+	if c.obs == nil {
+		return 0
+	}
+	return c.ids.Add(1)
 }

@@ -22,7 +22,7 @@ type recorder struct {
 	events []redlock.Event
 }
 
-func (r *recorder) Observe(e redlock.Event) {
+func (r *recorder) Observe(_ context.Context, e redlock.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)

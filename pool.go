@@ -33,7 +33,8 @@ import (
 //
 // Optional capabilities are found by type assertion, as database/sql finds
 // driver.Pinger: a Pool that also implements Namer names its master in
-// errors, and one that implements Subscriber can wake waiters on release.
+// errors, one that implements Validator is checked by New, and one that
+// implements Subscriber can wake waiters on release.
 
 // A Pool is the port to one independent Redis master. Implementations must
 // be safe for concurrent use.
@@ -109,10 +110,20 @@ func (e ReplyError) Code() string {
 	return code
 }
 
-// A Namer is a Pool that can name its master for errors and reports, as
-// "host:port". NewPool's pools and every adapter are Namers.
+// A Namer is a Pool that can name its master for errors and reports: its
+// address, "host:port", or for a Cluster member its seed addresses, joined by
+// commas. NewPool's pools and every adapter are Namers.
 type Namer interface {
 	Name() string
+}
+
+// A Validator is a Pool that can tell that it cannot work: an adapter given
+// a nil client, or a client of a kind that cannot be one quorum member. New
+// calls Valid on every Pool that has it and refuses the pools whose Valid
+// returns an error, wrapping ErrInvalid, so that a mistake is reported at
+// construction rather than by every lock.
+type Validator interface {
+	Valid() error
 }
 
 // A Subscriber is a Pool that can also receive Redis pub/sub messages.

@@ -25,6 +25,7 @@ type round struct {
 	// the nodes that agreed and that answered, stragglers too.
 	kind  Op
 	key   string
+	id    uint64 // the call's ID, for its events
 	masks *nodeMasks
 
 	// undo, if set, runs after a lost round on every node that may hold
@@ -210,7 +211,7 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 				r.masks.answer(nd.index, yes)
 			}
 			if c.obs != nil {
-				c.observeNode(r.key, r.kind, nd, yes, err, time.Since(began))
+				c.observeNode(opCtx, r.id, r.key, r.kind, nd, yes, err, time.Since(began))
 			}
 			ballots <- ballot{node: nd.index, yes: yes, err: err}
 			if shared.running.Add(-1) == 0 {

@@ -42,8 +42,9 @@ type Client struct {
 	clock              Clock
 	newToken           func() (string, error)
 	fencing            bool
-	obs                Observer // nil: no events are built
-	obsSet             bool     // WithObserver was given, so obs must not be nil
+	obs                Observer      // nil: no events are built
+	obsSet             bool          // WithObserver was given, so obs must not be nil
+	ids                atomic.Uint64 // the last call ID given out, for events
 
 	calls  inflight    // node calls running, including those no caller waits for
 	closed atomic.Bool // Close has been called
@@ -155,6 +156,11 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		if isNil(p) {
 			return nil, invalid("pool %d is nil", i)
 		}
+		if v, ok := p.(Validator); ok {
+			if err := v.Valid(); err != nil {
+				return nil, invalid("pool %d: %v", i, err)
+			}
+		}
 		n := newNode(i, p)
 		for _, prev := range c.nodes {
 			// One server counted twice would give it two votes.
@@ -243,44 +249,45 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 		return nil, invalid("%v", errClosed)
 	}
 	var began time.Time
+	id := c.newID()
 	if c.obs != nil {
 		began = time.Now()
 	}
 	for try := 1; ; try++ {
 		if c.obs != nil {
-			c.obs.Observe(Event{Kind: EventAttempt, Key: key, Try: try})
+			c.obs.Observe(ctx, Event{Kind: EventAttempt, ID: id, Key: key, Try: try})
 		}
-		l, err := c.acquire(ctx, key, ttl)
+		l, err := c.acquire(ctx, key, ttl, id)
 		switch {
 		case err == nil:
 			if c.obs != nil {
-				c.obs.Observe(Event{Kind: EventAcquired, Key: key, Try: try, Wait: time.Since(began),
+				c.obs.Observe(ctx, Event{Kind: EventAcquired, ID: id, Key: key, Try: try, Wait: time.Since(began),
 					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum, Token: l.fence})
 			}
 			return l, nil
 		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			return nil, c.notAcquired(key, try, began, withCause(err, ctx.Err()))
+			return nil, c.notAcquired(ctx, id, key, try, began, withCause(err, ctx.Err()))
 		case ctx.Err() != nil || try == tries:
-			return nil, c.notAcquired(key, try, began, err)
+			return nil, c.notAcquired(ctx, id, key, try, began, err)
 		}
 		delay := c.retryDelay()
 		if c.obs != nil {
-			c.obs.Observe(Event{Kind: EventRetry, Key: key, Try: try, Delay: delay, Err: err})
+			c.obs.Observe(ctx, Event{Kind: EventRetry, ID: id, Key: key, Try: try, Delay: delay, Err: err})
 		}
 		pause := time.NewTimer(delay)
 		select {
 		case <-pause.C:
 		case <-ctx.Done():
 			pause.Stop()
-			return nil, c.notAcquired(key, try, began, withCause(err, ctx.Err()))
+			return nil, c.notAcquired(ctx, id, key, try, began, withCause(err, ctx.Err()))
 		}
 	}
 }
 
 // notAcquired reports a Lock that gave up to the Observer and returns err.
-func (c *Client) notAcquired(key string, tries int, began time.Time, err error) error {
+func (c *Client) notAcquired(ctx context.Context, id uint64, key string, tries int, began time.Time, err error) error {
 	if c.obs != nil {
-		c.obs.Observe(Event{Kind: EventNotAcquired, Key: key, Try: tries, Wait: time.Since(began), Err: err})
+		c.obs.Observe(ctx, Event{Kind: EventNotAcquired, ID: id, Key: key, Try: tries, Wait: time.Since(began), Err: err})
 	}
 	return err
 }
@@ -310,7 +317,7 @@ func (c *Client) retryDelay() time.Duration {
 
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled.
-func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64) (*Lock, error) {
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
@@ -346,7 +353,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
 	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l,
-		kind: OpAcquire, key: key, masks: &args.masks})
+		kind: OpAcquire, key: key, id: id, masks: &args.masks})
 	if !won {
 		return nil, t.err(ErrNotObtained)
 	}
@@ -370,6 +377,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 			valid:   valid,
 			kind:    OpFence,
 			key:     key,
+			id:      id,
 			masks:   &l.fenced,
 		})
 		if !won {
@@ -378,7 +386,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		l.held.Store(&l.fenced) // held means: holds the key with the token counted
 	}
 	if c.obs != nil {
-		l.granted = time.Now()
+		l.granted, l.id = time.Now(), id
 	}
 	l.until = until
 	return l, nil
@@ -437,6 +445,7 @@ type Lock struct {
 	held    atomic.Pointer[nodeMasks]
 	fenced  nodeMasks
 	granted time.Time // when Lock returned it, with an Observer (HeldFor)
+	id      uint64    // the acquiring call's ID, with an Observer
 }
 
 // Held returns how many nodes hold the key with this lock's token, as far as
@@ -623,22 +632,23 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	var began time.Time
+	id := c.newID()
 	if c.obs != nil {
 		began = time.Now()
 	}
-	err = l.extend(ctx, ttl)
+	err = l.extend(ctx, ttl, id)
 	if c.obs != nil {
 		if err == nil {
-			c.obs.Observe(Event{Kind: EventExtended, Key: l.key, Latency: time.Since(began),
+			c.obs.Observe(ctx, Event{Kind: EventExtended, ID: id, Key: l.key, Latency: time.Since(began),
 				Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum})
 		} else {
-			c.obs.Observe(Event{Kind: EventExtendFailed, Key: l.key, Latency: time.Since(began), Err: err})
+			c.obs.Observe(ctx, Event{Kind: EventExtendFailed, ID: id, Key: l.key, Latency: time.Since(began), Err: err})
 		}
 	}
 	return err
 }
 
-func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
+func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	c := l.client
 	start := c.clock.Now()
 	old := l.Until()
@@ -648,7 +658,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	until := validUntil(start, ttl, c.driftFactor)
 	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
 	won, t := c.fanout(ctx, round{
-		kind: OpExtend, key: l.key, masks: &args.masks,
+		kind: OpExtend, key: l.key, id: id, masks: &args.masks,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.extend(ctx, deadline, args)
 		},
@@ -707,19 +717,19 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return invalid("nil context")
 	}
 	if c.obs == nil {
-		return l.unlock(ctx)
+		return l.unlock(ctx, 0)
 	}
-	began := time.Now()
-	err := l.unlock(ctx)
+	began, id := time.Now(), c.newID()
+	err := l.unlock(ctx, id)
 	if err == nil {
-		c.obs.Observe(Event{Kind: EventReleased, Key: l.key, Latency: time.Since(began), HeldFor: began.Sub(l.granted)})
+		c.obs.Observe(ctx, Event{Kind: EventReleased, ID: id, Key: l.key, Latency: time.Since(began), HeldFor: began.Sub(l.granted)})
 	} else {
-		c.obs.Observe(Event{Kind: EventReleaseFailed, Key: l.key, Latency: time.Since(began), Err: err})
+		c.obs.Observe(ctx, Event{Kind: EventReleaseFailed, ID: id, Key: l.key, Latency: time.Since(began), Err: err})
 	}
 	return err
 }
 
-func (l *Lock) unlock(ctx context.Context) error {
+func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	c := l.client
 	l.letGo()
 	// The lock counts as released from here on, whatever the nodes answer:
@@ -731,7 +741,7 @@ func (l *Lock) unlock(ctx context.Context) error {
 	l.setUntilLocked(time.Time{})
 	l.mu.Unlock()
 	won, t := c.fanout(ctx, round{
-		kind: OpRelease, key: l.key,
+		kind: OpRelease, key: l.key, id: id,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.release(ctx, deadline, &l.args)
 		},

@@ -24,8 +24,7 @@ func SlogObserver(logger *slog.Logger) Observer {
 
 type slogObserver struct{ l *slog.Logger }
 
-func (o slogObserver) Observe(e Event) {
-	ctx := context.Background()
+func (o slogObserver) Observe(ctx context.Context, e Event) {
 	key := slog.String("key", e.Key)
 	switch e.Kind {
 	case EventLost:

@@ -1,0 +1,95 @@
+// Package goredis adapts go-redis v9 (github.com/redis/go-redis/v9) to
+// redlock.Pool, the port through which the redlock core speaks to one
+// quorum member. A program that already has go-redis clients hands them to
+// redlock.New, one Pool per independent member, and keeps its own TLS, ACL,
+// pool and Sentinel settings:
+//
+//	pools := make([]redlock.Pool, len(clients))
+//	for i, c := range clients {
+//		pools[i] = goredis.NewPool(c)
+//	}
+//	locker, err := redlock.New(pools)
+//
+// The module is separate from redlock's, so that only programs that import
+// it depend on go-redis.
+//
+// # Batches
+//
+// The core groups the commands that concurrent callers send to one member
+// and hands each group to Exec at once. Exec sends a single command by the
+// client's Process, and a group as one go-redis pipeline: the group then
+// costs one write and one read on one connection, instead of a round trip,
+// and a connection, per command. A pipeline keeps the order of the commands,
+// which the core relies on for the commands of one lock. It is not a
+// transaction, and the core never needs one.
+//
+// go-redis's own retries are turned off for these commands, whatever the
+// client's MaxRetries (MOVED and ASK redirections are still followed).
+// The core retries whole operations with fresh deadlines, and must see every
+// failure: a SET NX that the driver sent again after losing its reply would
+// come back null, as if another client held the key.
+//
+// Replies pass through as go-redis reads them: strings, int64s and
+// []interface{}. A null reply, which go-redis reports as redis.Nil, becomes
+// a nil value; an error reply (a redis.Error) becomes a redlock.ReplyError
+// with the server's text, such as "NOSCRIPT ..." or "READONLY ..."; any
+// other error (a dial, a broken connection, a timeout, an exhausted pool)
+// fails the whole batch.
+//
+// # Deadlines
+//
+// The core gives each batch a context whose deadline is the node timeout,
+// and stops waiting for the member at that deadline whatever the client
+// does, so no caller ever waits longer. What the client's options decide is
+// how long a batch sent to a silent member keeps its connection and its
+// place in the core's queue for that member:
+//
+//   - ContextTimeoutEnabled: true (recommended) makes go-redis set each
+//     socket deadline from the context, so a batch gives up, and frees its
+//     connection, at the node timeout.
+//   - Without it, go-redis ignores context deadlines on the socket, in the
+//     connection handshake too, and waits ReadTimeout and WriteTimeout
+//     instead (5 seconds each by default in v9.23). The next batch to the
+//     same member, on the same lane, waits behind it and fails at its own
+//     deadline. Set those timeouts to a small multiple of the node timeout
+//     if the client must keep ContextTimeoutEnabled off for other code.
+//
+// Dials follow the context either way, except a TLS dial, which go-redis
+// makes without it and DialTimeout bounds. The Pool never changes the
+// client's options.
+//
+// # Clients
+//
+// NewPool takes a redis.UniversalClient:
+//
+//   - *redis.Client, from redis.NewClient: one standalone master. Its name
+//     is its Addr.
+//   - *redis.Client, from redis.NewFailoverClient (or redis.NewUniversalClient
+//     with MasterName): a Sentinel-managed master with its replicas, which is
+//     one member of the quorum, not several. Its options name no server, so
+//     give it a name with NewNamedPool. A failover to a replica that missed
+//     the last writes can lose a lock on that member, as a master that
+//     restarts without persistence does; the other members cover it.
+//   - *redis.ClusterClient, from redis.NewClusterClient: a whole Redis
+//     Cluster as one member. Every command names its first key to go-redis,
+//     which routes it to the key's slot and follows MOVED and ASK; the core
+//     keeps the lock key and its fencing counter in one slot. A batch touches
+//     one connection per cluster node. Its name is its seed addresses,
+//     joined by commas. With ACLs, allow the commands go-redis sends to learn
+//     the cluster, CLUSTER SLOTS and COMMAND, besides the library's own.
+//
+// A *redis.Ring is refused: redlock.New rejects its Pool with an error
+// wrapping redlock.ErrInvalid. A Ring spreads keys over
+// independent shards by consistent hashing, and moves a key to another shard
+// when a shard fails its health check: a held lock would then read as free.
+// Make one Pool of each shard's *redis.Client instead, if the shards are
+// independent masters.
+//
+// # Subscriptions
+//
+// Pool implements redlock.Subscriber with a go-redis PubSub, on a
+// connection of its own. go-redis reconnects a broken PubSub silently;
+// Subscribe instead ends with the error, so that the caller knows it may
+// have missed a message, and it pings an idle connection so that a silent
+// server ends the subscription within ten seconds.
+package goredis

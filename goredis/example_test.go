@@ -1,0 +1,80 @@
+package goredis_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/goredis"
+)
+
+// Lock over three masters through go-redis clients. The masters here are
+// in-process (miniredis); in production each client points at its own
+// independent Redis master.
+func Example() {
+	var pools []redlock.Pool
+	for range 3 {
+		m, err := miniredis.Run()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer m.Close()
+		client := redis.NewClient(&redis.Options{
+			Addr: m.Addr(),
+			// Let the node timeout bound each socket read and write.
+			ContextTimeoutEnabled: true,
+		})
+		defer client.Close()
+		pools = append(pools, goredis.NewPool(client))
+	}
+
+	locker, err := redlock.New(pools)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	lock, err := locker.Lock(ctx, "invoice:42", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding", lock.Key())
+	if err := lock.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released")
+	// Output:
+	// holding invoice:42
+	// released
+}
+
+// A Sentinel-managed master is one member of the quorum. The failover
+// client's options name no server, so the Pool gets a name for errors.
+func ExampleNewNamedPool() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            "lock-a",
+		SentinelAddrs:         []string{"sentinel-1:26379", "sentinel-2:26379", "sentinel-3:26379"},
+		ContextTimeoutEnabled: true,
+	})
+	defer client.Close()
+	pool := goredis.NewNamedPool(client, "lock-a")
+	fmt.Println(pool.Name())
+	// Output: lock-a
+}
+
+// A whole Redis Cluster is one member of the quorum; go-redis routes each
+// command to its key's slot.
+func ExampleNewPool_cluster() {
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"},
+		ContextTimeoutEnabled: true,
+	})
+	defer client.Close()
+	pool := goredis.NewPool(client)
+	fmt.Println(pool.Name())
+	// Output: 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000
+}

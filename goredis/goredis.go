@@ -1,0 +1,205 @@
+package goredis
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+// Pool is the redlock.Pool for one go-redis client: one quorum member,
+// which is a standalone master, a Sentinel-managed master or a whole Redis
+// Cluster. Make one with NewPool; the zero Pool has no client. A Pool is
+// safe for concurrent use, as its client is, and never closes the client.
+type Pool struct {
+	client redis.UniversalClient
+	name   string
+	err    error // why the client cannot be a member (Valid)
+}
+
+var (
+	_ redlock.Pool       = (*Pool)(nil)
+	_ redlock.Namer      = (*Pool)(nil)
+	_ redlock.Validator  = (*Pool)(nil)
+	_ redlock.Subscriber = (*Pool)(nil)
+)
+
+// NewPool returns the Pool for client, named by the address in its options
+// (see Name). A nil client, or a *redis.Ring, makes a Pool that redlock.New
+// refuses with an error wrapping redlock.ErrInvalid (see Valid): a Ring
+// moves keys between independent shards when a shard fails its health
+// check, so a held lock could reappear absent on another shard (see the
+// package doc).
+func NewPool(client redis.UniversalClient) *Pool {
+	return NewNamedPool(client, clientName(client))
+}
+
+// NewNamedPool is NewPool with the name given, for a client whose options
+// do not carry its master's address: a Sentinel failover client, or one
+// with a custom Dialer. A client NewPool refuses, it refuses too.
+func NewNamedPool(client redis.UniversalClient, name string) *Pool {
+	p := &Pool{client: client, name: name}
+	switch client.(type) {
+	case nil:
+		p.err = errNilClient
+	case *redis.Ring:
+		p.err = errRing
+	}
+	return p
+}
+
+var (
+	errNilClient = errors.New("goredis: nil client")
+	errRing      = errors.New("goredis: a *redis.Ring is not one Redlock member; make a Pool of each shard's *redis.Client instead")
+)
+
+// Valid implements redlock.Validator: it reports a nil client or a Ring.
+func (p *Pool) Valid() error { return p.err }
+
+// failoverAddr is the placeholder address go-redis gives the options of a
+// Sentinel failover client; it names no server.
+const failoverAddr = "FailoverClient"
+
+// clientName returns the address client's options name: a *redis.Client's
+// Addr, "host:port"; a *redis.ClusterClient's seed addresses, joined by
+// commas. It returns "" for a Sentinel failover client and for any other
+// implementation of redis.UniversalClient.
+func clientName(client redis.UniversalClient) string {
+	switch c := client.(type) {
+	case *redis.Client:
+		if addr := c.Options().Addr; addr != failoverAddr {
+			return addr
+		}
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	}
+	return ""
+}
+
+// Name returns the Pool's name: the one given to NewNamedPool; by NewPool,
+// the address of a *redis.Client ("host:port"), or the seed addresses of a
+// *redis.ClusterClient joined by commas ("10.0.0.1:7000,10.0.0.2:7000"), or
+// "" when the client's options name no server (node errors then show the
+// node's index only).
+func (p *Pool) Name() string { return p.name }
+
+// Exec implements redlock.Pool. A single command goes out by the client's
+// Process; several go out as one go-redis pipeline, so that a batch costs one
+// round trip (on a ClusterClient, one per cluster node the batch touches).
+// go-redis's own retries are off for these commands: retries are the core's
+// (see the package doc).
+func (p *Pool) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+	if p.err != nil {
+		return p.err
+	}
+	if len(cmds) == 1 {
+		cmd := newCmd(ctx, &cmds[0], make([]any, 1+len(cmds[0].Args)))
+		_ = p.client.Process(ctx, cmd) // the outcome is cmd's
+		return storeReply(&replies[0], cmd.Cmd)
+	}
+
+	// One array holds every command's arguments: one allocation per batch.
+	n := 0
+	for i := range cmds {
+		n += 1 + len(cmds[i].Args)
+	}
+	args := make([]any, n)
+	batch := make([]redis.Cmder, len(cmds))
+	for i := range cmds {
+		k := 1 + len(cmds[i].Args)
+		batch[i] = newCmd(ctx, &cmds[i], args[:k:k])
+		args = args[k:]
+	}
+	pipe := p.client.Pipeline()
+	_ = pipe.BatchProcess(ctx, batch...)
+	// Exec returns the first command's error, be it an error reply; each
+	// command holds its own outcome, and a broken connection marks every
+	// command it left unanswered.
+	if _, err := pipe.Exec(ctx); err != nil && !isReply(err) {
+		return err
+	}
+	for i, cmd := range batch {
+		if err := storeReply(&replies[i], cmd.(noRetry).Cmd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// noRetry is a go-redis command that go-redis does not retry. The core
+// retries whole operations itself, with fresh deadlines, and must see each
+// failure: a SET NX resent by the driver after its reply was lost answers
+// null, and would read as a key held by someone else. Redirections (MOVED,
+// ASK) are not retries; a ClusterClient follows them still.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// newCmd makes the go-redis command for c in args, which has room for the
+// name and c's arguments. It names the position of the first key, so that a
+// ClusterClient routes the command by it and never guesses; go-redis counts
+// the name as argument 0.
+func newCmd(ctx context.Context, c *redlock.Command, args []any) noRetry {
+	args[0] = lowerName(c.Name)
+	copy(args[1:], c.Args)
+	cmd := redis.NewCmd(ctx, args...)
+	if c.NumKeys > 0 {
+		cmd.SetFirstKeyPos(int8(1 + c.FirstKey))
+	}
+	return noRetry{cmd}
+}
+
+// The core's command names in lower case, the form go-redis looks names up
+// by, each already an interface value: converting a string to one
+// allocates.
+var (
+	nameSet     any = "set"
+	nameEvalSHA any = "evalsha"
+	nameEval    any = "eval"
+)
+
+// lowerName returns a command name in lower case, as an argument.
+func lowerName(name string) any {
+	switch name {
+	case "SET":
+		return nameSet
+	case "EVALSHA":
+		return nameEvalSHA
+	case "EVAL":
+		return nameEval
+	}
+	return strings.ToLower(name)
+}
+
+// storeReply stores cmd's outcome in r: its value; nil for a null reply,
+// which go-redis reports as redis.Nil; or an error reply as a
+// redlock.ReplyError with the server's text. Any other error failed the
+// command without a reply (no connection, a broken one, a timeout) and is
+// returned.
+func storeReply(r *redlock.Reply, cmd *redis.Cmd) error {
+	v, err := cmd.Result()
+	if err == nil {
+		*r = redlock.Reply{Value: v}
+		return nil
+	}
+	if errors.Is(err, redis.Nil) {
+		*r = redlock.Reply{}
+		return nil
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		*r = redlock.Reply{Err: redlock.ReplyError(rerr.Error())}
+		return nil
+	}
+	return err
+}
+
+// isReply reports whether err is a reply from the server: a null reply or
+// an error reply. redis.Nil is itself a redis.Error, so this covers both.
+func isReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}

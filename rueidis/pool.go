@@ -1,0 +1,225 @@
+package rueidis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	// The driver. In this package rueidis.X is always the driver's: Go never
+	// qualifies a package's own names, so the two cannot clash.
+	"github.com/redis/rueidis"
+
+	"github.com/quorumlock/redlock"
+)
+
+// Pool is the redlock.Pool for a rueidis.Client. The client is one Redlock
+// node: one Redis master, a Sentinel-managed master with its replicas, or a
+// whole Redis Cluster. A Pool is safe for concurrent use, as the client is.
+//
+// Client must be set: redlock.New refuses a Pool without one (Valid), and
+// its Exec fails. Addr only
+// names the node in errors ("node 2 (host:port): ..."); the client decides
+// where commands go. NewPool sets both.
+type Pool struct {
+	Client rueidis.Client
+	Addr   string
+}
+
+var (
+	_ redlock.Pool       = (*Pool)(nil)
+	_ redlock.Namer      = (*Pool)(nil)
+	_ redlock.Validator  = (*Pool)(nil)
+	_ redlock.Subscriber = (*Pool)(nil)
+)
+
+// NewPool returns a Pool that sends commands through client. Its Addr is the
+// address of every node the client knows (client.Nodes()), sorted and
+// joined by commas: "host:port" for a standalone master, the members of a
+// Redis Cluster, the current primary behind a Sentinel. To name the node
+// otherwise (a Sentinel master set, say), set Addr before passing the Pool
+// to redlock.New, which reads it once.
+//
+// The Pool does not own client: closing it is the caller's job, after the
+// redlock.Client is done with it.
+func NewPool(client rueidis.Client) *Pool {
+	return &Pool{Client: client, Addr: nodeNames(client)}
+}
+
+// errNoClient is Valid's and Exec's error for a Pool without a Client.
+var errNoClient = errors.New("rueidis: the Pool has no Client")
+
+// Valid implements redlock.Validator: a Pool needs a Client.
+func (p *Pool) Valid() error {
+	if p.Client == nil {
+		return errNoClient
+	}
+	return nil
+}
+
+func nodeNames(client rueidis.Client) string {
+	if client == nil {
+		return ""
+	}
+	nodes := client.Nodes()
+	names := make([]string, 0, len(nodes))
+	for addr := range nodes {
+		names = append(names, addr)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ",")
+}
+
+// Name returns Addr.
+func (p *Pool) Name() string { return p.Addr }
+
+// Exec sends one command by Client.Do, and several by Client.DoMulti, which
+// writes them in order on one connection (one per slot, for a cluster
+// client). See redlock.Pool, and the package doc for the choice.
+//
+// An error reply becomes Reply.Err, a redlock.ReplyError with the text the
+// server sent. Any other error, on any command of the batch, is returned
+// as the batch's error: rueidis reports a connection that broke mid-batch
+// on each command it left unanswered. An error reply at that level (a
+// NOAUTH or WRONGPASS to the handshake of a new connection) answers no
+// command of ours either; it is returned as the batch's error too, as a
+// redlock.ReplyError.
+func (p *Pool) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+	if p.Client == nil {
+		return errNoClient
+	}
+	if len(cmds) == 1 {
+		cmd, err := p.build(cmds[0])
+		if err != nil {
+			return err
+		}
+		return storeReply(&replies[0], p.Client.Do(ctx, cmd))
+	}
+	built := make([]rueidis.Completed, len(cmds))
+	for i, c := range cmds {
+		cmd, err := p.build(c)
+		if err != nil {
+			return err
+		}
+		built[i] = cmd
+	}
+	results := p.Client.DoMulti(ctx, built...)
+	if len(results) != len(cmds) {
+		return errReplyCount
+	}
+	for i, r := range results {
+		if err := storeReply(&replies[i], r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var errReplyCount = errors.New("redlock/rueidis: reply count does not match")
+
+// build makes one rueidis command. The first key goes through Keys, so
+// that a cluster client routes the command by its slot; further keys go
+// through Args with the other arguments. The builder of a cluster client
+// panics on keys of different slots, and the server refuses them anyway,
+// with CROSSSLOT: that is the answer redlock expects (docs/drivers.md).
+func (p *Pool) build(c redlock.Command) (rueidis.Completed, error) {
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		s, err := argString(a)
+		if err != nil {
+			return rueidis.Completed{}, fmt.Errorf("redlock/rueidis: %s argument %d: %w", c.Name, i, err)
+		}
+		args[i] = s
+	}
+	b := p.Client.B().Arbitrary(c.Name).Args(args[:c.FirstKey]...)
+	if c.NumKeys > 0 {
+		b = b.Keys(args[c.FirstKey]).Args(args[c.FirstKey+1:]...)
+	} else {
+		b = b.Args(args[c.FirstKey:]...)
+	}
+	return b.Build(), nil
+}
+
+// argString converts one command argument: a string, []byte or int64, as
+// redlock.Command allows, or an int.
+func argString(a any) (string, error) {
+	switch a := a.(type) {
+	case string:
+		return a, nil
+	case []byte:
+		return string(a), nil
+	case int64:
+		return strconv.FormatInt(a, 10), nil
+	case int:
+		return strconv.Itoa(a), nil
+	}
+	return "", fmt.Errorf("unsupported type %T", a)
+}
+
+// storeReply stores one command's result in r, or returns the error that
+// kept it from having one. An error reply at that level came from the
+// handshake of a new connection (NOAUTH, WRONGPASS); it is returned as a
+// redlock.ReplyError, so that the node's error carries the server's code as
+// it does with a driver that sends no handshake and gets the same error in
+// reply to the command.
+func storeReply(r *redlock.Reply, res rueidis.RedisResult) error {
+	if err := res.NonRedisError(); err != nil {
+		if rerr, ok := rueidis.IsRedisErr(err); ok {
+			return redlock.ReplyError(rerr.Error())
+		}
+		return err
+	}
+	msg, _ := res.ToMessage() // its error is msg.Error(), read by reply
+	*r = reply(&msg)
+	return nil
+}
+
+// reply maps one message onto a redlock.Reply.
+func reply(m *rueidis.RedisMessage) redlock.Reply {
+	v, err := value(m)
+	if err != nil {
+		return redlock.Reply{Err: err}
+	}
+	return redlock.Reply{Value: v}
+}
+
+// value returns what m holds as redlock.Reply.Value wants it: a status or
+// bulk string as a string, an integer as an int64, an array as []any (an
+// error inside it as a ReplyError), a null as nil. An error reply is
+// returned as a redlock.ReplyError. Other RESP3 types, which no command of
+// redlock's gets, come as RedisMessage.ToAny makes them.
+//
+// m.Error() strips a leading "ERR " from the text (a courtesy of rueidis to
+// kvrocks); m.ToString returns the text as the server sent it.
+func value(m *rueidis.RedisMessage) (any, error) {
+	switch {
+	case m.IsNil():
+		return nil, nil
+	case m.Error() != nil:
+		text, _ := m.ToString()
+		return nil, redlock.ReplyError(text)
+	case m.IsString():
+		return m.ToString()
+	case m.IsInt64():
+		return m.AsInt64()
+	case m.IsArray():
+		elems, err := m.ToArray()
+		if err != nil {
+			return nil, err
+		}
+		vs := make([]any, len(elems))
+		for i := range elems {
+			v, err := value(&elems[i])
+			if rerr, ok := err.(redlock.ReplyError); ok {
+				v = rerr
+			} else if err != nil {
+				return nil, err
+			}
+			vs[i] = v
+		}
+		return vs, nil
+	}
+	return m.ToAny()
+}

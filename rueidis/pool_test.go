@@ -1,0 +1,381 @@
+package rueidis_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/redis/rueidis"
+
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redlocktest"
+	redlockrueidis "github.com/quorumlock/redlock/rueidis"
+)
+
+// requireRedis skips t if redis-server is missing, or fails it when the
+// environment asks for real servers, as the kit does.
+func requireRedis(t testing.TB, cluster bool) {
+	t.Helper()
+	ok, why := redistest.Available()
+	if ok && cluster {
+		ok, why = redistest.ClusterAvailable()
+	}
+	if ok {
+		return
+	}
+	if os.Getenv("REDLOCK_REQUIRE_DOCKER") == "1" || os.Getenv("REDLOCK_REQUIRE_REDIS") == "1" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+func exec(t *testing.T, p redlock.Pool, cmds ...redlock.Command) []redlock.Reply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	replies := make([]redlock.Reply, len(cmds))
+	if err := p.Exec(ctx, cmds, replies); err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	return replies
+}
+
+func cmd(name string, args ...any) redlock.Command {
+	return redlock.Command{Name: name, Args: args}
+}
+
+// Each kind of reply arrives as redlock.Pool.Exec promises, over RESP3 and
+// RESP2, alone (Client.Do) and in a batch (Client.DoMulti).
+func TestReplyMapping(t *testing.T) {
+	requireRedis(t, false)
+	s := redistest.Start(t)
+	cases := []struct {
+		name string
+		cmd  redlock.Command
+		want redlock.Reply
+	}{
+		{"status", cmd("SET", "k", "v"), redlock.Reply{Value: "OK"}},
+		{"bulk", cmd("GET", "k"), redlock.Reply{Value: "v"}},
+		{"null bulk", cmd("GET", "missing"), redlock.Reply{}},
+		{"integer", cmd("INCR", "n"), redlock.Reply{Value: int64(1)}},
+		{"negative integer", cmd("PTTL", "missing"), redlock.Reply{Value: int64(-2)}},
+		{"array", cmd("EVAL", "return {1, 'a', false, {2, 'b'}}", int64(0)),
+			redlock.Reply{Value: []any{int64(1), "a", nil, []any{int64(2), "b"}}}},
+		{"empty array", cmd("EVAL", "return {}", int64(0)), redlock.Reply{Value: []any{}}},
+		{"error in an array", cmd("EVAL", "return {1, redis.error_reply('BAD inside')}", int64(0)),
+			redlock.Reply{Value: []any{int64(1), redlock.ReplyError("BAD inside")}}},
+		{"error reply", cmd("EVAL", "return redis.error_reply('NOPE custom text')", int64(0)),
+			redlock.Reply{Err: redlock.ReplyError("NOPE custom text")}},
+		// rueidis strips "ERR " from RedisError's text; the port keeps it.
+		{"ERR keeps its code", cmd("NOSUCHCOMMAND"),
+			redlock.Reply{Err: redlock.ReplyError("ERR unknown command 'NOSUCHCOMMAND', with args beginning with: ")}},
+		{"script error", cmd("EVALSHA", strings.Repeat("0", 40), int64(0)),
+			redlock.Reply{Err: redlock.ReplyError("NOSCRIPT No matching script. Please use EVAL.")}},
+		{"wrong type", cmd("EVAL", "redis.call('RPUSH', KEYS[1], 'x') return redis.call('GET', KEYS[1])", int64(1), "list"),
+			redlock.Reply{Err: redlock.ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value script: ")}},
+	}
+	for _, resp2 := range []bool{false, true} {
+		client, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true, AlwaysRESP2: resp2,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		p := redlockrueidis.NewPool(client)
+		proto := map[bool]string{false: "RESP3", true: "RESP2"}[resp2]
+		exec(t, p, cmd("FLUSHALL"))
+
+		var batch []redlock.Command
+		for _, c := range cases {
+			t.Run(proto+"/"+c.name, func(t *testing.T) {
+				got := exec(t, p, c.cmd)[0]
+				checkReply(t, got, c.want)
+			})
+			batch = append(batch, c.cmd)
+		}
+		// The same again, as one batch.
+		exec(t, p, cmd("FLUSHALL"))
+		got := exec(t, p, batch...)
+		for i, c := range cases {
+			t.Run(proto+"/batch/"+c.name, func(t *testing.T) { checkReply(t, got[i], c.want) })
+		}
+	}
+}
+
+func checkReply(t *testing.T, got, want redlock.Reply) {
+	t.Helper()
+	if wantErr, ok := want.Err.(redlock.ReplyError); ok {
+		// The script errors' tails vary with the Redis version.
+		gotErr, ok := got.Err.(redlock.ReplyError)
+		if !ok || !strings.HasPrefix(string(gotErr), string(wantErr)) || got.Value != nil {
+			t.Errorf("got %#v, want an error reply starting %q", got, wantErr)
+		}
+		return
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %#v, want %#v", got, want)
+	}
+}
+
+// A RESP3 type that no command of redlock's gets still comes through.
+func TestReplyMappingRESP3Double(t *testing.T) {
+	requireRedis(t, false)
+	s := redistest.Start(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	got := exec(t, redlockrueidis.NewPool(client), cmd("EVAL", "redis.setresp(3) return {double=1.5}", int64(0)))[0]
+	if got != (redlock.Reply{Value: 1.5}) {
+		t.Errorf("got %#v, want 1.5", got)
+	}
+}
+
+// Arguments of each allowed type go out as Redis expects them, keys in
+// their place; any other type fails the batch before anything is sent.
+func TestArguments(t *testing.T) {
+	requireRedis(t, false)
+	s := redistest.Start(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	p := redlockrueidis.NewPool(client)
+
+	set := redlock.Command{Name: "SET", Args: []any{[]byte("key"), "v", "PX", int64(60000)}, NumKeys: 1}
+	incr := redlock.Command{Name: "INCRBY", Args: []any{"n", 7}, NumKeys: 1}
+	// Keys in the middle: EVAL script numkeys key1 key2 arg.
+	eval := redlock.Command{
+		Name:     "EVAL",
+		Args:     []any{"return {KEYS[1], KEYS[2], ARGV[1]}", int64(2), "k1", []byte("k2"), int64(-5)},
+		FirstKey: 2, NumKeys: 2,
+	}
+	got := exec(t, p, set, incr, eval, cmd("PTTL", "key"))
+	if got[0].Value != "OK" || got[1].Value != int64(7) {
+		t.Errorf("SET, INCRBY: %#v, %#v", got[0], got[1])
+	}
+	if want := []any{"k1", "k2", "-5"}; !reflect.DeepEqual(got[2].Value, want) {
+		t.Errorf("EVAL: %#v, want %#v", got[2], want)
+	}
+	if pttl, _ := got[3].Value.(int64); pttl <= 0 || pttl > 60000 {
+		t.Errorf("PTTL after SET PX 60000: %#v", got[3])
+	}
+
+	replies := make([]redlock.Reply, 2)
+	err = p.Exec(context.Background(), []redlock.Command{cmd("SET", "bad", 1.5), cmd("SET", "good", "x")}, replies)
+	if err == nil || !strings.Contains(err.Error(), "float64") {
+		t.Errorf("Exec with a float64 argument: %v, want an error naming the type", err)
+	}
+	if v := exec(t, p, cmd("EXISTS", "good"))[0].Value; v != int64(0) {
+		t.Errorf("a batch with a bad argument sent some of its commands: EXISTS good = %v", v)
+	}
+}
+
+// faultClient answers through a real client, then replaces the results of
+// the commands from index fail on with err, as a connection that breaks
+// mid-batch does.
+type faultClient struct {
+	rueidis.Client
+	fail int
+	err  error
+}
+
+func (c *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	res := c.Client.Do(ctx, cmd)
+	if c.fail == 0 {
+		return rueidis.NewErrorResult(c.err)
+	}
+	return res
+}
+
+func (c *faultClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	res := c.Client.DoMulti(ctx, cmds...)
+	for i := c.fail; i < len(res); i++ {
+		res[i] = rueidis.NewErrorResult(c.err)
+	}
+	return res
+}
+
+// A connection error on any command fails the whole batch, as the port
+// says; error replies do not.
+func TestBatchErrors(t *testing.T) {
+	requireRedis(t, false)
+	s := redistest.Start(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	batch := []redlock.Command{cmd("SET", "a", "1"), cmd("NOSUCHCOMMAND"), cmd("SET", "b", "2")}
+	for _, fail := range []int{0, 1, 2} {
+		p := redlockrueidis.NewPool(&faultClient{Client: client, fail: fail, err: io.ErrUnexpectedEOF})
+		replies := make([]redlock.Reply, len(batch))
+		if err := p.Exec(context.Background(), batch, replies); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("batch broken from command %d: %v, want the connection's error", fail, err)
+		}
+		if err := p.Exec(context.Background(), batch[:1], replies[:1]); fail == 0 && !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("one command, broken: %v, want the connection's error", err)
+		}
+	}
+	p := redlockrueidis.NewPool(&faultClient{Client: client, fail: len(batch)})
+	replies := make([]redlock.Reply, len(batch))
+	if err := p.Exec(context.Background(), batch, replies); err != nil {
+		t.Fatalf("a batch with an error reply: %v, want its replies", err)
+	}
+	if replies[0].Value != "OK" || replies[2].Value != "OK" || replies[1].Err == nil {
+		t.Errorf("replies %#v, want OK, an error reply, OK", replies)
+	}
+}
+
+// An error reply to the handshake of a new connection fails the batch as a
+// ReplyError with the server's code, on every Exec until it is fixed.
+func TestHandshakeErrors(t *testing.T) {
+	requireRedis(t, false)
+	s := redistest.StartOnPort(t, redistest.FreePort(t), "--requirepass", "secret")
+	if err := s.WaitReadyWith(5*time.Second, redis.DialPassword("secret")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ password, code string }{{"", "NOAUTH"}, {"wrong", "WRONGPASS"}} {
+		client, _ := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true, Password: c.password,
+		})
+		if client == nil {
+			t.Fatal("no client")
+		}
+		defer client.Close()
+		p := redlockrueidis.NewPool(client)
+		for range 2 {
+			err := p.Exec(context.Background(), []redlock.Command{cmd("SET", "k", "v")}, make([]redlock.Reply, 1))
+			var rerr redlock.ReplyError
+			if !errors.As(err, &rerr) || rerr.Code() != c.code {
+				t.Errorf("password %q: Exec: %v, want a %s ReplyError", c.password, err, c.code)
+			}
+		}
+	}
+}
+
+// Exec returns by its context's deadline from a server that never answers,
+// alone and in a batch.
+func TestExecHonoursDeadline(t *testing.T) {
+	requireRedis(t, false)
+	s := redistest.Start(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	p := redlockrueidis.NewPool(client)
+	exec(t, p, cmd("PING")) // connect while the server answers
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Resume()
+	for _, n := range []int{1, 3} {
+		const timeout = 100 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		cmds := make([]redlock.Command, n)
+		for i := range cmds {
+			cmds[i] = cmd("SET", "frozen", "x")
+		}
+		start := time.Now()
+		err := p.Exec(ctx, cmds, make([]redlock.Reply, n))
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%d commands to a paused server: %v, want context.DeadlineExceeded", n, err)
+		}
+		if took > timeout+200*time.Millisecond {
+			t.Errorf("%d commands to a paused server took %v with a %v deadline", n, took, timeout)
+		}
+	}
+}
+
+// On a cluster client: Name lists every node the client knows, and a
+// command whose keys hash to different slots gets the server's CROSSSLOT
+// rather than a panic from rueidis's command builder.
+func TestClusterClient(t *testing.T) {
+	requireRedis(t, true)
+	rc := redistest.StartRedisCluster(t, 3)
+	var seeds []redlocktest.Server
+	for _, addr := range rc.Addrs() {
+		seeds = append(seeds, redlocktest.Server{Addr: addr})
+	}
+	p := dialCluster(t, seeds)
+	want := slices.Clone(rc.Addrs())
+	slices.Sort(want)
+	if got := p.(redlock.Namer).Name(); got != strings.Join(want, ",") {
+		t.Errorf("Name() = %q, want %q", got, strings.Join(want, ","))
+	}
+
+	c, err := redlock.New([]redlock.Pool{p}, redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "a}b" has no hash tag, so its fencing counter cannot share its slot
+	// (docs/drivers.md).
+	_, err = c.TryLock(context.Background(), "a}b", time.Second)
+	var rerr redlock.ReplyError
+	if !errors.Is(err, redlock.ErrNotObtained) || !errors.As(err, &rerr) || rerr.Code() != "CROSSSLOT" {
+		t.Errorf("fenced TryLock of a}b on a cluster: %v, want ErrNotObtained with CROSSSLOT", err)
+	}
+
+	// SUBSCRIBE goes to any node, and the cluster forwards each PUBLISH to
+	// every node.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	got := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- p.(redlock.Subscriber).Subscribe(ctx, "kit:cluster:ch", func() { close(ready) }, func(m string) { got <- m })
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Subscribe on a cluster client: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe on a cluster client not ready after 5s")
+	}
+	for _, addr := range rc.Addrs() { // from each node in turn
+		exec(t, dial(t, redlocktest.Server{Addr: addr}), cmd("PUBLISH", "kit:cluster:ch", addr))
+		select {
+		case m := <-got:
+			if m != addr {
+				t.Errorf("got %q, want %q", m, addr)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("message published on %s not delivered after 5s", addr)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Subscribe after cancel: %v", err)
+	}
+}
+
+// A Pool without a client is refused by redlock.New, and fails rather than
+// panics if used anyway.
+func TestNilClient(t *testing.T) {
+	p := redlockrueidis.NewPool(nil)
+	if _, err := redlock.New([]redlock.Pool{p}); !errors.Is(err, redlock.ErrInvalid) {
+		t.Errorf("redlock.New with a nil client = %v, want ErrInvalid", err)
+	}
+	if err := p.Exec(context.Background(), []redlock.Command{{Name: "PING"}}, make([]redlock.Reply, 1)); err == nil {
+		t.Error("Exec without a client succeeded")
+	}
+	if err := p.Subscribe(context.Background(), "c", func() {}, func(string) {}); err == nil {
+		t.Error("Subscribe without a client succeeded")
+	}
+}
