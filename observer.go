@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"time"
 )
 
@@ -55,6 +56,12 @@ const (
 	// EventLost: Do lost its lock while fn ran. HeldFor, Err (wrapping
 	// ErrLockLost, with the cause).
 	EventLost
+	// EventSettled: every node has answered a won acquisition or Extend
+	// (Op), stragglers included, so its count is final: Held, Margin,
+	// Quorum. Margin 0 means the lock stands on a bare majority: the
+	// deployment is degraded. It comes after EventAcquired or EventExtended,
+	// up to a node timeout later (or when a silent node's driver gives up).
+	EventSettled
 )
 
 var eventKindNames = [...]string{
@@ -62,7 +69,7 @@ var eventKindNames = [...]string{
 	EventAcquired: "acquired", EventNotAcquired: "not_acquired",
 	EventExtended: "extended", EventExtendFailed: "extend_failed",
 	EventReleased: "released", EventReleaseFailed: "release_failed",
-	EventLost: "lost",
+	EventLost: "lost", EventSettled: "settled",
 }
 
 func (k EventKind) String() string {
@@ -135,7 +142,8 @@ type Event struct {
 	Delay   time.Duration
 
 	// For EventAcquired and EventExtended: the nodes holding the key when
-	// the call returned, Lock.Margin then, and the quorum.
+	// the call returned, Lock.Margin then, and the quorum; for
+	// EventSettled, the final counts.
 	Held, Margin, Quorum int
 	Token                uint64
 	Err                  error
@@ -185,6 +193,14 @@ func (c *Client) observeNode(ctx context.Context, id uint64, key string, kind Op
 		e.Outcome, e.Class = Failed, ErrorClass(err)
 	}
 	c.obs.Observe(ctx, e)
+}
+
+// reportSettled tells the Observer that the won round behind m has heard
+// from every node.
+func (c *Client) reportSettled(ctx context.Context, l *Lock, op Op, id uint64, m *nodeMasks) {
+	held := bits.OnesCount64(m.agreed.Load())
+	c.obs.Observe(ctx, Event{Kind: EventSettled, ID: id, Key: l.key, Op: op,
+		Held: held, Margin: held - c.quorum, Quorum: c.quorum})
 }
 
 // newID returns the ID of a new call, for its events.

@@ -77,6 +77,14 @@ func TestObserverSeesEveryStep(t *testing.T) {
 	}
 	assert.Equal(t, 3, l.Held())
 	assert.Equal(t, 0, l.Margin(), "three of five: a bare majority")
+	settled := rec.kinds(redlock.EventSettled)
+	require.Len(t, settled, 1, "one settled event once every node answered")
+	assert.Equal(t, acq[0].ID, settled[0].ID)
+	assert.Equal(t, 3, settled[0].Held)
+	assert.Equal(t, 0, settled[0].Margin)
+	for _, e := range nodes {
+		assert.Equal(t, acq[0].ID, e.ID, "node events carry their call's ID")
+	}
 
 	require.NoError(t, l.Extend(ctx, time.Minute))
 	require.Len(t, rec.kinds(redlock.EventExtended), 1)
@@ -182,11 +190,9 @@ func TestSlogObserver(t *testing.T) {
 	c := newCluster(t, 3)
 	client := c.client(t, redlock.WithObserver(redlock.SlogObserver(logger)))
 	c.pools[2].set(failing)
-	// The healthy nodes answer after the failing one, so that the lock is
-	// known to stand on a bare majority when TryLock returns.
-	for _, i := range []int{0, 1} {
-		c.pools[i].onGet(func() { time.Sleep(20 * time.Millisecond) })
-	}
+	// The failing node answers after the majority: the warning waits for
+	// it, and comes once every node has answered.
+	c.pools[2].onGet(func() { time.Sleep(20 * time.Millisecond) })
 	l, err := client.TryLock(context.Background(), "slog", time.Minute)
 	require.NoError(t, err)
 	c.settle(t)
@@ -199,9 +205,7 @@ func TestSlogObserver(t *testing.T) {
 
 	buf.Reset()
 	c.pools[2].set(healthy)
-	for _, i := range []int{0, 1} {
-		c.pools[i].before.Store(nil)
-	}
+	c.pools[2].before.Store(nil)
 	l, err = client.TryLock(context.Background(), "slog2", time.Minute)
 	require.NoError(t, err)
 	c.settle(t)

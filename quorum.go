@@ -54,13 +54,26 @@ type round struct {
 }
 
 // nodeMasks records which nodes answered a round, and which of them agreed.
-type nodeMasks struct{ agreed, answered atomic.Uint64 }
+// With report set, it reports the round once it is both won and answered
+// by every node: settle is called once for each, and the second call
+// reports, whichever comes first.
+type nodeMasks struct {
+	agreed, answered atomic.Uint64
+	settled          atomic.Int32
+	report           func()
+}
 
 func (m *nodeMasks) answer(node int, yes bool) {
 	if yes {
 		m.agreed.Or(1 << node)
 	}
 	m.answered.Or(1 << node)
+}
+
+func (m *nodeMasks) settle() {
+	if m.settled.Add(1) == 2 && m.report != nil {
+		m.report()
+	}
 }
 
 // An overtaker is told of a won round's nodes whose op returns late; a *Lock
@@ -216,6 +229,9 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 			ballots <- ballot{node: nd.index, yes: yes, err: err}
 			if shared.running.Add(-1) == 0 {
 				shared.cancelOps() // after the ballot: see the count below
+				if r.masks != nil {
+					r.masks.settle() // every node has answered
+				}
 			}
 			if r.undo == nil {
 				return

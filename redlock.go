@@ -352,12 +352,22 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		}
 	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
+	held := &args.masks                    // the round whose agreement makes the lock held
+	if c.fencing {
+		held = &l.fenced
+	}
+	if c.obs != nil {
+		held.report = func() { c.reportSettled(ctx, l, OpAcquire, id, held) }
+	}
 	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l,
 		kind: OpAcquire, key: key, id: id, masks: &args.masks})
 	if !won {
 		return nil, t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
+	if !c.fencing {
+		args.masks.settle() // won
+	}
 
 	if c.fencing {
 		// Fencing, round 2: the token exceeds every counter the majority
@@ -384,6 +394,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 			return nil, t.err(ErrNotObtained)
 		}
 		l.held.Store(&l.fenced) // held means: holds the key with the token counted
+		l.fenced.settle()       // won
 	}
 	if c.obs != nil {
 		l.granted, l.id = time.Now(), id
@@ -657,6 +668,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	}
 	until := validUntil(start, ttl, c.driftFactor)
 	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
+	if c.obs != nil {
+		args.masks.report = func() { c.reportSettled(ctx, l, OpExtend, id, &args.masks) }
+	}
 	won, t := c.fanout(ctx, round{
 		kind: OpExtend, key: l.key, id: id, masks: &args.masks,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
@@ -680,6 +694,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	case won:
 		l.setUntilLocked(until)
 		l.held.Store(&args.masks)
+		args.masks.settle() // won
 		return nil
 	default:
 		// Keys are never shortened (PEXPIRE GT), so the old window still

@@ -7,8 +7,8 @@ import (
 
 // SlogObserver returns an Observer that writes events to logger:
 //   - WARN: a lock lost while Do's function ran; a lock acquired or extended
-//     on a bare majority (Margin 0: one more node failure loses it); a
-//     release that failed;
+//     on a bare majority (once every node has answered, Margin 0: one more
+//     node failure loses it); a release that failed;
 //   - INFO: an Extend that failed;
 //   - DEBUG: acquisitions, retries, releases, and each node's failure with
 //     its class;
@@ -30,16 +30,14 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 	case EventLost:
 		o.l.LogAttrs(ctx, slog.LevelWarn, "redlock: lock lost while held", key,
 			slog.Duration("held_for", e.HeldFor), slog.Any("error", e.Err))
-	case EventAcquired, EventExtended:
-		level, msg := slog.LevelDebug, "redlock: lock acquired"
-		if e.Kind == EventExtended {
-			msg = "redlock: lock extended"
-		}
-		if e.Margin <= 0 && e.Quorum > 1 {
-			level, msg = slog.LevelWarn, msg+" on a bare majority: one more node failure loses it"
-		}
-		o.l.LogAttrs(ctx, level, msg, key, slog.Int("held", e.Held), slog.Int("margin", e.Margin), slog.Int("quorum", e.Quorum),
+	case EventAcquired:
+		o.l.LogAttrs(ctx, slog.LevelDebug, "redlock: lock acquired", key,
 			slog.Duration("wait", e.Wait), slog.Int("tries", e.Try))
+	case EventSettled:
+		if e.Margin <= 0 && e.Quorum > 1 {
+			o.l.LogAttrs(ctx, slog.LevelWarn, "redlock: lock held on a bare majority: one more node failure loses it",
+				key, slog.String("op", e.Op.String()), slog.Int("held", e.Held), slog.Int("quorum", e.Quorum))
+		}
 	case EventReleaseFailed:
 		o.l.LogAttrs(ctx, slog.LevelWarn, "redlock: release failed", key, slog.Any("error", e.Err))
 	case EventExtendFailed:
