@@ -18,8 +18,28 @@
 //     so only the holder of the token can touch the key.
 //
 // quorum.go holds steps 1, 2 and 4; clock.go the timing rules of step 3;
-// pool.go the commands and scripts of steps 1 and 5; redlock.go the API.
-// docs/algorithm.md maps each step to its code and gives the safety argument.
+// pool.go the port to one master (Pool) and the commands and scripts of
+// steps 1 and 5; pipe.go the batching of concurrent callers' commands;
+// redlock.go the API. docs/algorithm.md maps each step to its code and gives
+// the safety argument.
+//
+// # Drivers
+//
+// A Pool is the port to one master: it sends a batch of commands and brings
+// back the replies, and every deadline, count and undo stays in this
+// package. NewPool makes one on redigo, the root module's client; the
+// modules github.com/quorumlock/redlock/goredis, .../rueidis and .../valkeygo
+// adapt go-redis, rueidis and valkey-go clients, Redis Cluster clients
+// included; redlocktest is the conformance kit every adapter passes. See
+// docs/drivers.md.
+//
+// # Operating
+//
+// Client.Ping reports each node's health; Lock.Held and Lock.Margin say how
+// many nodes hold a lock and how many more may fail; WithObserver (with
+// SlogObserver, or the .../otel module) reports every attempt, node answer,
+// acquisition, extension, loss and release; Client.Close waits for the
+// releases left running in the background.
 //
 // # Guarantees
 //
