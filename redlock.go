@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	mathrand "math/rand/v2"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -36,7 +35,9 @@ type Client struct {
 	nodes              []*node
 	quorum             int
 	tries              int
-	retryMin, retryMax time.Duration
+	retryMin, retryMax time.Duration // Do's pause after a failed Extend
+	retry              RetryStrategy // Lock's pauses
+	retrySet           bool          // WithRetryStrategy was given, so retry must not be nil
 	driftFactor        float64
 	nodeTimeout        time.Duration
 	clock              Clock
@@ -83,9 +84,11 @@ func WithTries(n int) Option {
 
 // WithRetryDelay sets the range of the random pause between Lock's attempts.
 // Each pause is drawn uniformly from [min, max], so that clients that
-// collided do not collide again. The default is 50ms to 250ms.
+// collided do not collide again. The default is 50ms to 250ms. It replaces a
+// strategy set by WithRetryStrategy before it; Do pauses in this range
+// between failed extensions whatever Lock's strategy.
 func WithRetryDelay(min, max time.Duration) Option {
-	return func(c *Client) { c.retryMin, c.retryMax = min, max }
+	return func(c *Client) { c.retryMin, c.retryMax, c.retry, c.retrySet = min, max, nil, false }
 }
 
 // WithDriftFactor sets the fraction of the ttl reserved for clock drift
@@ -197,6 +200,11 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		return nil, invalid("nil token function")
 	case c.obsSet && isNil(c.obs):
 		return nil, invalid("nil observer")
+	case c.retrySet && isNil(c.retry):
+		return nil, invalid("nil retry strategy")
+	}
+	if c.retry == nil {
+		c.retry = jitterRetry{c.retryMin, c.retryMax}
 	}
 	return c, nil
 }
@@ -218,9 +226,13 @@ func isNil(v any) bool {
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
-// Lock acquires the lock on key for ttl. It retries after a random delay
-// (WithRetryDelay) until it holds the lock, the tries run out (WithTries), or
-// ctx ends.
+// Lock acquires the lock on key for ttl. It retries after a pause
+// (WithRetryDelay, WithRetryStrategy) until it holds the lock, the tries run
+// out (WithTries), the strategy gives up, or ctx ends. It does not retry
+// failures that are not contention, which would only repeat: a token
+// function that fails, or so many nodes refusing the command itself
+// (NOPERM, NOAUTH, WRONGPASS, READONLY, OOM, WRONGTYPE, CROSSSLOT) that no
+// majority is possible.
 //
 // On success the lock is valid until Lock.Until. On failure it returns an
 // error wrapping ErrNotObtained with the per-node causes, plus ctx.Err() if
@@ -258,6 +270,7 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 			c.obs.Observe(ctx, Event{Kind: EventAttempt, ID: id, Key: key, Try: try})
 		}
 		l, err := c.acquire(ctx, key, ttl, id)
+		var te *tokenError
 		switch {
 		case err == nil:
 			if c.obs != nil {
@@ -265,12 +278,21 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum, Token: l.fence})
 			}
 			return l, nil
+		case errors.As(err, &te):
+			return nil, c.notAcquired(ctx, id, key, try, began, err) // not contention: no retry
 		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
 			return nil, c.notAcquired(ctx, id, key, try, began, withCause(err, ctx.Err()))
 		case ctx.Err() != nil || try == tries:
 			return nil, c.notAcquired(ctx, id, key, try, began, err)
 		}
-		delay := c.retryDelay()
+		if hopeless, n := c.hopeless(err); hopeless {
+			return nil, c.notAcquired(ctx, id, key, try, began,
+				fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no majority is possible)", err, n, len(c.nodes)))
+		}
+		delay := c.retry.Delay(try)
+		if delay < 0 {
+			return nil, c.notAcquired(ctx, id, key, try, began, err)
+		}
 		if c.obs != nil {
 			c.obs.Observe(ctx, Event{Kind: EventRetry, ID: id, Key: key, Try: try, Delay: delay, Err: err})
 		}
@@ -311,9 +333,17 @@ func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time
 	return ttl, nil
 }
 
+// retryDelay is Do's pause after a failed extension.
 func (c *Client) retryDelay() time.Duration {
-	return c.retryMin + mathrand.N(c.retryMax-c.retryMin+1)
+	return jitterRetry{c.retryMin, c.retryMax}.Delay(0)
 }
+
+// A tokenError is the failure of the token function: not contention, so
+// Lock does not retry it. It wraps ErrNotObtained and the function's error.
+type tokenError struct{ err error }
+
+func (e *tokenError) Error() string   { return "redlock: lock not obtained: making a token: " + e.err.Error() }
+func (e *tokenError) Unwrap() []error { return []error{ErrNotObtained, e.err} }
 
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled.
@@ -323,7 +353,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		err = errors.New("empty token")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redlock: making a token: %w", err)
+		return nil, &tokenError{err}
 	}
 
 	// The Lock holds the command arguments, so that they are made once, in

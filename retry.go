@@ -1,0 +1,122 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"time"
+)
+
+// A RetryStrategy decides how long Lock pauses after a failed attempt.
+// Delay(try) is the pause after attempt try (1 for the first); a negative
+// value means: give up now. Lock also stops after WithTries attempts or when
+// its context ends, whichever comes first. A RetryStrategy must be safe for
+// concurrent use.
+type RetryStrategy interface {
+	Delay(try int) time.Duration
+}
+
+// RetryFunc adapts a function to a RetryStrategy.
+type RetryFunc func(try int) time.Duration
+
+// Delay returns f(try).
+func (f RetryFunc) Delay(try int) time.Duration { return f(try) }
+
+// ConstantRetry pauses d after every attempt.
+func ConstantRetry(d time.Duration) RetryStrategy {
+	return RetryFunc(func(int) time.Duration { return d })
+}
+
+// LinearRetry pauses step after the first attempt, 2×step after the second,
+// and so on, up to max.
+func LinearRetry(step, max time.Duration) RetryStrategy {
+	return RetryFunc(func(try int) time.Duration {
+		if step <= 0 || try <= 0 || time.Duration(try) > max/step {
+			return max
+		}
+		return time.Duration(try) * step
+	})
+}
+
+// ExponentialRetry pauses a random time drawn uniformly from [0, ceiling],
+// where the ceiling starts at base and doubles after each attempt, up to
+// max ("full jitter"): clients that collided spread out fast, and none
+// waits longer than max.
+func ExponentialRetry(base, max time.Duration) RetryStrategy {
+	return RetryFunc(func(try int) time.Duration {
+		ceiling := max
+		if try >= 1 && try < 63 && base > 0 && base <= max>>(try-1) {
+			ceiling = base << (try - 1)
+		}
+		if ceiling <= 0 {
+			return 0
+		}
+		return mathrand.N(ceiling + 1)
+	})
+}
+
+// NoRetry gives up after the first attempt: Lock behaves as TryLock.
+func NoRetry() RetryStrategy {
+	return RetryFunc(func(int) time.Duration { return -1 })
+}
+
+// jitterRetry is WithRetryDelay's strategy, the default: a pause drawn
+// uniformly from [min, max], so that clients that collided do not collide
+// again.
+type jitterRetry struct{ min, max time.Duration }
+
+func (j jitterRetry) Delay(int) time.Duration { return j.min + mathrand.N(j.max-j.min+1) }
+
+// WithRetryStrategy sets how long Lock pauses between attempts. The default
+// is WithRetryDelay's uniform jitter in [50ms, 250ms]. The last of
+// WithRetryStrategy and WithRetryDelay wins. A nil strategy is rejected.
+//
+// Whatever the strategy, Lock does not retry an attempt that failed for a
+// reason that is not contention (see Client.Lock).
+func WithRetryStrategy(s RetryStrategy) Option {
+	return func(c *Client) { c.retry, c.retrySet = s, true }
+}
+
+// permanent reports whether a node's failure will repeat on the next
+// attempt, whatever other clients do: the node refuses the command itself
+// (an ACL without the permission, a wrong password, a replica, no memory for
+// writes, a key of another type, keys in different Cluster slots).
+func permanent(err error) bool {
+	switch replyCode(err) {
+	case "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "OOM", "WRONGTYPE", "CROSSSLOT":
+		return true
+	}
+	return false
+}
+
+// hopeless reports whether err, a lost attempt's error, has so many nodes
+// failing permanently that no majority can agree on any later attempt:
+// more than N − quorum of them. It returns the number of such nodes.
+func (c *Client) hopeless(err error) (bool, int) {
+	seen := uint64(0)
+	for _, cause := range causesOf(err) {
+		var ne *NodeError
+		if errors.As(cause, &ne) && permanent(ne.Err) {
+			seen |= 1 << ne.Node
+		}
+	}
+	n := 0
+	for ; seen != 0; seen &= seen - 1 {
+		n++
+	}
+	return n > len(c.nodes)-c.quorum, n
+}
+
+// causesOf returns the errors an aggregate holds, or err alone.
+func causesOf(err error) []error {
+	if u, ok := err.(interface{ WrappedErrors() []error }); ok {
+		return u.WrappedErrors()
+	}
+	return []error{err}
+}
+
+// errHopeless heads the error of a Lock that stopped retrying because the
+// failures were not contention.
+func errHopeless(n int) error {
+	return fmt.Errorf("%w: %d nodes refuse the command itself, so no majority is possible: not retried", ErrNotObtained, n)
+}
