@@ -342,7 +342,9 @@ func (c *Client) retryDelay() time.Duration {
 // Lock does not retry it. It wraps ErrNotObtained and the function's error.
 type tokenError struct{ err error }
 
-func (e *tokenError) Error() string   { return "redlock: lock not obtained: making a token: " + e.err.Error() }
+func (e *tokenError) Error() string {
+	return "redlock: lock not obtained: making a token: " + e.err.Error()
+}
 func (e *tokenError) Unwrap() []error { return []error{ErrNotObtained, e.err} }
 
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
