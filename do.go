@@ -7,10 +7,13 @@ import (
 	"time"
 )
 
-// ErrLockLost reports that a lock held by Do could no longer be proven held
-// while fn ran: its validity ran out before an extension succeeded, or a
-// majority of nodes refused to extend it because they no longer hold its key.
-// It is the cause of fn's context (context.Cause) and is part of Do's error.
+// ErrLockLost reports that a lock could no longer be proven held: in Do,
+// its validity ran out before an extension succeeded, or a majority of
+// nodes refused to extend it because they no longer hold its key; from
+// Extend and Unlock, the nodes' answers show that fewer than a majority
+// still held its key. The critical section may not have been exclusive. In
+// Do it is the cause of fn's context (context.Cause) and part of Do's
+// error.
 var ErrLockLost = errors.New("redlock: lock lost")
 
 // extendEvery is the fraction of the ttl after which Do extends a held lock:

@@ -6,10 +6,10 @@ package redlock_test
 import (
 	"bytes"
 	"context"
-	"sync"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

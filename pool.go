@@ -337,6 +337,13 @@ func (n *node) release(ctx context.Context, deadline time.Time, a *cmdArgs) (boo
 	return err == nil, err
 }
 
+// releaseOwned is release for Unlock: it reports true if the node deleted
+// the key, and false if the key was gone or held another token.
+func (n *node) releaseOwned(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+	reply, err := n.eval(ctx, deadline, a.lane, &releaseScript, a.key, a.token)
+	return reply == int64(1), err
+}
+
 // command sends one command on lane 0 and waits for its reply at most until
 // deadline. A failure, including an error reply, comes back as a nil reply
 // and a *NodeError.

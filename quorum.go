@@ -115,6 +115,14 @@ func (t *tally) add(b ballot) {
 	}
 }
 
+// refused returns how many nodes answered no without failing.
+func (t *tally) refused() int { return t.no - t.failed }
+
+// lost reports whether the refusals alone prove that fewer than a majority
+// of nodes hold the key: more than N − quorum of them answered that it is
+// gone or another token's.
+func (t *tally) lost() bool { return t.refused() > t.n-t.quorum }
+
 // decided reports whether the outcome is known: a majority agreed, or so many
 // nodes said no that a majority is out of reach (more than n − quorum).
 func (t *tally) decided() bool {

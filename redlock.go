@@ -481,7 +481,8 @@ type Lock struct {
 	// the node's pipe when the lock was let go: a release may have gone
 	// ahead of it there. See round.overtaken.
 	overtaken atomic.Uint64
-	letGone   atomic.Bool // letGo has run
+	letGone   atomic.Bool   // letGo has run
+	deleted   atomic.Uint64 // nodes where an Unlock deleted the key
 
 	// held points to the masks of the latest successful acquisition round
 	// or Extend (Held, Margin); fenced is fencing round 2's.
@@ -663,8 +664,10 @@ func (l *Lock) expire() {
 // has passed, Extend returns ErrExpired too; Until never moves forward once
 // it has passed. If no majority extends in time, it returns an error
 // wrapping ErrNotObtained, and Until becomes the earlier of the old and the
-// new deadline: the holder asked for no more than ttl from now. Extend takes
-// at most one node timeout.
+// new deadline: the holder asked for no more than ttl from now. The error
+// also wraps ErrLockLost when the nodes' answers prove the lock gone: so
+// many of them found the key gone or another token's that fewer than a
+// majority can hold it. Extend takes at most one node timeout.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return errNilLock
@@ -737,24 +740,37 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 		if t.late && !c.clock.Now().Before(old) {
 			return aggregate(ErrExpired, t.causes)
 		}
+		if t.lost() {
+			return aggregate(fmt.Errorf("%w: %w: the key is gone or held by another token on %d of %d nodes",
+				ErrNotObtained, ErrLockLost, t.refused(), t.n), t.causes)
+		}
 		return t.err(ErrNotObtained)
 	}
 }
 
 // Unlock releases the lock: it deletes the key on every node where it still
 // holds this lock's token, and never touches another holder's key. It returns
-// once a majority of nodes answered, which frees the lock for others; the
+// once a majority of nodes deleted it, which frees the lock for others; the
 // remaining nodes are released in the background within one node timeout.
 //
 // From the moment Unlock begins, the lock no longer counts as held: Until
 // returns the zero Time and Done is closed, even if Unlock then fails,
 // because its releases may have reached a majority whose replies were lost.
-// If fewer than a majority confirm, it returns an error with the per-node
-// causes; the key expires on the silent nodes at its ttl, and Unlock may be
-// called again. If the lock's validity had already passed, the release is
-// still sent, but Unlock returns ErrExpired: the holder must learn that its
-// critical section may not have been exclusive. Unlock takes at most one
-// node timeout.
+// On each path:
+//   - A majority deleted the key: nil. A retry of an Unlock that failed
+//     counts the nodes that deleted it the first time.
+//   - So many nodes answered that the key was gone or held another token
+//     (it expired, was evicted, was lost in a restart, or was overwritten)
+//     that fewer than a majority can have held it: an error wrapping
+//     ErrLockLost, even within the validity window, because the critical
+//     section may not have been exclusive.
+//   - Too few nodes answered: an error with the per-node causes; the key
+//     expires on the silent nodes at its ttl, and Unlock may be called again.
+//   - The lock's validity had already passed: the release is still sent, but
+//     Unlock returns ErrExpired: the holder must learn that its critical
+//     section may not have been exclusive.
+//
+// Unlock takes at most one node timeout.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
@@ -790,7 +806,14 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	won, t := c.fanout(ctx, round{
 		kind: OpRelease, key: l.key, id: id,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.release(ctx, deadline, &l.args)
+			deleted, err := n.releaseOwned(ctx, deadline, &l.args)
+			// A node that deleted the key for an earlier, failed Unlock
+			// counts as deleted for a retry.
+			bit := uint64(1) << n.index
+			if deleted {
+				l.deleted.Or(bit)
+			}
+			return l.deleted.Load()&bit != 0, err
 		},
 	})
 	if won {
@@ -801,6 +824,9 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	switch {
 	case expired:
 		return aggregate(ErrExpired, t.causes)
+	case !won && t.lost():
+		return aggregate(fmt.Errorf("%w: the key was gone or held by another token on %d of %d nodes at release: the critical section may not have been exclusive",
+			ErrLockLost, t.refused(), t.n), t.causes)
 	case !won:
 		return t.err(errNotReleased)
 	}

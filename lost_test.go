@@ -1,0 +1,96 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock"
+)
+
+// Unlock within the validity window still reports a lock whose key a
+// majority no longer held: the critical section may not have been
+// exclusive.
+func TestUnlockReportsLostExclusion(t *testing.T) {
+	c := newCluster(t, 5)
+	client := c.client(t)
+	ctx := context.Background()
+
+	for name, damage := range map[string]func(i int){
+		"flushed":     func(i int) { c.nodes[i].FlushAll() },
+		"overwritten": func(i int) { require.NoError(t, c.nodes[i].Set("lost", "someone else")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, err := client.TryLock(ctx, "lost", time.Minute)
+			require.NoError(t, err)
+			c.settle(t)
+			for _, i := range []int{0, 2, 4} {
+				damage(i)
+			}
+			require.True(t, time.Now().Before(l.Until()), "the lock is still within its window")
+			err = l.Unlock(ctx)
+			require.ErrorIs(t, err, redlock.ErrLockLost)
+			assert.Contains(t, err.Error(), "3 of 5 nodes")
+			c.settle(t)
+			assert.Empty(t, c.values("lost")[1]+c.values("lost")[3], "Unlock still released the nodes that held the key")
+			for _, m := range c.nodes {
+				m.FlushAll()
+			}
+		})
+	}
+
+	// Two of five gone: a majority still held the key; no loss.
+	l, err := client.TryLock(ctx, "kept", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	c.nodes[0].FlushAll()
+	c.nodes[1].FlushAll()
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// Extend says which case it hit: a majority without the key is a loss,
+// not just a failed extension.
+func TestExtendReportsLoss(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t)
+	ctx := context.Background()
+	l, err := client.TryLock(ctx, "gone", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	c.nodes[0].FlushAll()
+	c.pools[2].set(failing)
+	err = l.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.NotErrorIs(t, err, redlock.ErrLockLost, "one refusal and one failure do not prove a loss")
+
+	c.pools[2].set(healthy)
+	c.nodes[1].FlushAll()
+	err = l.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.ErrorIs(t, err, redlock.ErrLockLost, "two of three without the key prove it")
+}
+
+// A retry of an Unlock that reached too few nodes counts the nodes it
+// released the first time, and does not mistake them for a loss.
+func TestUnlockRetryIsNotALoss(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t)
+	ctx := context.Background()
+	l, err := client.TryLock(ctx, "retry", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	c.pools[1].set(failing)
+	c.pools[2].set(failing)
+	err = l.Unlock(ctx)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, redlock.ErrLockLost)
+	c.settle(t)
+	assert.Empty(t, c.values("retry")[0], "node 0 was released")
+
+	c.pools[1].set(healthy)
+	c.pools[2].set(healthy)
+	require.NoError(t, l.Unlock(ctx), "node 0, released before, counts for the retry")
+}
