@@ -218,6 +218,11 @@ func newScript(src string, keys int) script {
 	return script{src: src, hash: hash, keys: keys, srcArg: src, hashArg: hash, keysArg: int64(keys)}
 }
 
+// FenceKey returns the name of the fencing counter that WithFencing keeps
+// for the lock key on every node, for operators' tools (redlock status) and
+// clean-up scripts. See fenceKey for the rule.
+func FenceKey(key string) string { return fenceKey(key) }
+
 // fenceKey names the fencing counter of a lock key. It has no ttl: the
 // counter must outlive every lock on the key (docs/fencing.md).
 //

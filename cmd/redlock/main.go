@@ -2,14 +2,22 @@
 //
 //	redlock demo [flags]
 //	redlock run --nodes host:port,... --key K [flags] -- CMD [ARGS...]
+//	redlock doctor --nodes host:port,... [flags]
+//	redlock status --nodes host:port,... --key K [flags]
 //
 // demo starts in-process Redis nodes, lets workers contend for one lock
 // while a fault script kills and restores nodes, and prints a live timeline.
 // It needs no servers.
 //
 // run holds a lock on N independent Redis masters while CMD runs, extending
-// it as needed, like flock(1) across machines. See docs/cli.md for flags,
-// environment and exit codes.
+// it as needed, like flock(1) across machines.
+//
+// doctor checks the nodes against the assumptions the guarantees rest on
+// (docs/safety.md): version, persistence, eviction, replication, identity,
+// clock rate and count, with security advice besides. status shows, node by
+// node, who holds a key, and whether a majority does.
+//
+// See docs/cli.md for flags, environment and exit codes.
 package main
 
 import (
@@ -21,8 +29,11 @@ import (
 const usage = `usage:
   redlock demo [flags]                       watch Redlock work on 5 in-process nodes
   redlock run [flags] -- CMD [ARGS...]       run CMD while holding a distributed lock
+  redlock doctor [flags]                     check the nodes against Redlock's assumptions
+  redlock status --key K [flags]             show who holds K on each node
 
-Run "redlock demo -h" or "redlock run -h" for the flags.
+Run "redlock COMMAND -h" for a command's flags. run, doctor and status take
+the nodes from --nodes or $REDLOCK_NODES, and a password from $REDLOCK_PASSWORD.
 `
 
 func main() {
@@ -40,6 +51,10 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 		return demoMain(args[1:], stdout, stderr)
 	case "run":
 		return runMain(args[1:], getenv, stderr)
+	case "doctor":
+		return doctorMain(args[1:], getenv, stdout, stderr)
+	case "status":
+		return statusMain(args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,7 +21,8 @@ import (
 )
 
 // Exit codes of redlock run, besides CMD's own, which passes through.
-// 64 to 78 follow BSD's sysexits.h; 80 is redlock's own.
+// 64 to 78 follow BSD's sysexits.h; 80 is redlock's own. doctor and status
+// use 64 and 69 in the same sense; doctor adds 78 (doctor.go).
 const (
 	exitUsage       = 64  // bad flags, arguments, environment or TLS files (EX_USAGE)
 	exitUnavailable = 69  // fewer than a majority of nodes answered PING (EX_UNAVAILABLE)
@@ -32,12 +30,6 @@ const (
 	exitLockLost    = 80  // the lock was lost while CMD ran; CMD was stopped
 	exitCannotExec  = 126 // CMD was found but could not be started, as in sh
 	exitNotFound    = 127 // CMD was not found, as in sh
-)
-
-// Environment variables read by redlock run.
-const (
-	envNodes    = "REDLOCK_NODES"    // default for --nodes
-	envPassword = "REDLOCK_PASSWORD" // the only way to give a password
 )
 
 // preflightTimeout bounds the PING of every node before the first attempt.
@@ -90,32 +82,19 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 		fmt.Fprint(stderr, runUsage)
 		fs.PrintDefaults()
 	}
-	nodes := fs.String("nodes", "", "comma-separated `host:port` list of independent Redis masters (default $REDLOCK_NODES)")
+	cf := addConnFlags(fs)
 	key := fs.String("key", "", "the lock's `key` (required)")
 	ttl := fs.Duration("ttl", 30*time.Second, "lock ttl; extended every ttl/3 while CMD runs")
 	wait := fs.Duration("wait", 0, "wait up to this long for the lock (0: fail at once if it is held)")
 	grace := fs.Duration("grace", 10*time.Second, "after a lost lock, time between SIGTERM and SIGKILL")
 	nodeTimeout := fs.Duration("node-timeout", 200*time.Millisecond, "per-node bound on each lock operation")
-	useTLS := fs.Bool("tls", false, "connect with TLS (implied by the other --tls-* flags)")
-	tlsCA := fs.String("tls-ca", "", "PEM `file` of CAs to verify the servers (default: system roots)")
-	tlsCert := fs.String("tls-cert", "", "PEM `file` of the client certificate, with --tls-key")
-	tlsKey := fs.String("tls-key", "", "PEM `file` of the client key, with --tls-cert")
-	tlsServerName := fs.String("tls-server-name", "", "server `name` to verify (default: each node's host)")
-	user := fs.String("user", "", "ACL `user`; the password comes from $REDLOCK_PASSWORD")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, errors.New("bad flags (see redlock run -h)")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 
 	cfg := &runConfig{key: *key, ttl: *ttl, wait: *wait, grace: *grace, nodeTimeout: *nodeTimeout, argv: fs.Args()}
-	list := *nodes
-	if list == "" {
-		list = getenv(envNodes)
-	}
 	var err error
-	if cfg.nodes, err = parseNodes(list); err != nil {
+	if cfg.nodes, err = cf.nodeList(getenv); err != nil {
 		return nil, err
 	}
 	switch {
@@ -139,79 +118,12 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 		return nil, errors.New("no command given: redlock run [flags] -- CMD [ARGS...]")
 	}
 
-	if *tlsCA != "" || *tlsCert != "" || *tlsKey != "" || *tlsServerName != "" {
-		*useTLS = true
+	c, err := cf.dial(getenv)
+	if err != nil {
+		return nil, err
 	}
-	if *useTLS {
-		tc, err := tlsConfig(*tlsCA, *tlsCert, *tlsKey, *tlsServerName)
-		if err != nil {
-			return nil, err
-		}
-		cfg.dialOpts = append(cfg.dialOpts, redis.DialUseTLS(true), redis.DialTLSConfig(tc))
-	}
-	if *user != "" {
-		cfg.dialOpts = append(cfg.dialOpts, redis.DialUsername(*user))
-	}
-	if pw := getenv(envPassword); pw != "" {
-		cfg.dialOpts = append(cfg.dialOpts, redis.DialPassword(pw))
-	}
+	cfg.dialOpts = c.dialOpts
 	return cfg, nil
-}
-
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
-// parseNodes splits a comma-separated node list and checks each address.
-// A node listed twice would count twice toward the majority, so it is an
-// error.
-func parseNodes(list string) ([]string, error) {
-	if strings.TrimSpace(list) == "" {
-		return nil, fmt.Errorf("no nodes: give --nodes host:port,... or set %s", envNodes)
-	}
-	var nodes []string
-	seen := map[string]bool{}
-	for _, addr := range strings.Split(list, ",") {
-		addr = strings.TrimSpace(addr)
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil || host == "" || port == "" {
-			return nil, fmt.Errorf("node %q: want host:port", addr)
-		}
-		if seen[addr] {
-			return nil, fmt.Errorf("node %s is listed twice; each must be an independent master", addr)
-		}
-		seen[addr] = true
-		nodes = append(nodes, addr)
-	}
-	return nodes, nil
-}
-
-func tlsConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates found", caFile)
-		}
-	}
-	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("--tls-cert and --tls-key go together")
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }
 
 // runLocked checks the nodes, acquires the lock and runs CMD under it.
