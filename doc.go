@@ -47,7 +47,10 @@
 // this package can acquire the same key, provided that:
 //
 //   - the nodes' clocks run at most the drift factor faster than the client's
-//     (WithDriftFactor); wall-clock steps do not matter, only rates do;
+//     (WithDriftFactor); the client's clock may be stepped (validity is
+//     measured on the monotonic clock), but a node's must not be: Redis
+//     expires keys by its wall clock, and a step forward is a fast rate
+//     concentrated in one instant;
 //   - a node that restarts either keeps its keys (appendonly with fsync
 //     always) or stays down for longer than the largest ttl in use;
 //   - the masters are independent: not replicas of each other, and run
