@@ -538,9 +538,11 @@ func TestContext(t *testing.T) {
 	for _, m := range c.nodes {
 		require.NoError(t, m.Set("ctx", otherToken))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	// 500ms: retries are 1 to 5ms apart, so even a loaded machine fits
+	// several attempts.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	_, err = client.Lock(ctx, "ctx", time.Second)
+	_, err = c.client(t, redlock.WithTries(1_000_000)).Lock(ctx, "ctx", time.Second)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	assert.Greater(t, c.gets(), 3, "Lock did not retry")
