@@ -2,15 +2,38 @@ module github.com/quorumlock/redlock/bench
 
 go 1.26.0
 
-replace github.com/quorumlock/redlock => ../
+replace (
+	github.com/quorumlock/redlock => ../
+	github.com/quorumlock/redlock/goredis => ../goredis
+	github.com/quorumlock/redlock/rueidis => ../rueidis
+	github.com/quorumlock/redlock/valkeygo => ../valkeygo
+)
+
+// redsync v4.18.1 requires the v1.0.79 compatibility layers, whose module
+// zips the Go module proxy does not serve (403, "This module version is not
+// available"); these are the nearest earlier versions it does serve. They
+// only translate redsync's go-redis-style calls for the v1.0.79 drivers.
+replace (
+	github.com/redis/rueidis/rueidiscompat => github.com/redis/rueidis/rueidiscompat v1.0.78
+	github.com/valkey-io/valkey-go/valkeycompat => github.com/valkey-io/valkey-go/valkeycompat v1.0.77
+)
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
+	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/prometheus/client_golang v1.21.1
 	github.com/quorumlock/redlock v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/redlock/goredis v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/redlock/rueidis v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/redlock/valkeygo v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
+	github.com/redis/rueidis/rueidiscompat v1.0.79
 	github.com/rs/zerolog v1.33.0
+	github.com/valkey-io/valkey-go v1.0.79
+	github.com/valkey-io/valkey-go/valkeycompat v1.0.79
 )
 
 require (
@@ -52,9 +75,10 @@ require (
 	github.com/xeipuuv/gojsonpointer v0.0.0-20190905194746-02993c407bfb // indirect
 	github.com/xeipuuv/gojsonreference v0.0.0-20180127040603-bd5ef7bd5415 // indirect
 	github.com/xeipuuv/gojsonschema v1.2.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	google.golang.org/protobuf v1.36.1 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )

@@ -124,6 +124,11 @@ func newRedlock(pools []*redis.Pool) locker {
 	for i, p := range pools {
 		ps[i] = &redlock.RedigoPool{Pool: p}
 	}
+	return newRedlockOver(ps)
+}
+
+// newRedlockOver is newRedlock on pools of any driver's adapter.
+func newRedlockOver(ps []redlock.Pool) locker {
 	c, err := redlock.New(ps, redlock.WithTries(tries), redlock.WithRetryDelay(retryMin, retryMax))
 	if err != nil {
 		panic(err)
@@ -161,6 +166,11 @@ func newRedsyncOn(pools []*redis.Pool) *redsync.Redsync {
 		ps[i] = redigo.NewPool(p)
 	}
 	return redsync.New(ps...)
+}
+
+// newRedsyncOver is newRedsync on pools of any of redsync's adapters.
+func newRedsyncOver(ps []redsyncredis.Pool) locker {
+	return redsyncLocker{redsync.New(ps...)}
 }
 
 var redsyncDelay = redsync.WithRetryDelayFunc(func(int) time.Duration {
