@@ -1,6 +1,7 @@
 # make test: the whole suite, every module, installing what it needs first.
 # make bench: the benchmarks (see docs/benchmarks.md).
 # make sim: the full deterministic simulation, 100,000 schedules (docs/fencing.md).
+# make soak: random faults on Redis nodes in Docker for 30 minutes, watching for leaks (docs/chaos.md).
 
 GO ?= go
 # bash with pipefail, so that a failing command piped into tee fails the target.
@@ -11,7 +12,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Chaos and integration tests fail, rather than skip, without a Docker engine.
 export REDLOCK_REQUIRE_DOCKER ?= 1
 
-.PHONY: test deps fmt vet bench sim
+.PHONY: test deps fmt vet bench sim soak
 
 # Every module: the root, then each folder with a go.mod of its own (the
 # driver adapters, bench/...), found rather than listed.
@@ -25,12 +26,14 @@ test: deps fmt vet
 
 # Debian's redis-server provides the real Redis nodes: local processes for the
 # integration tests, and the binary the container image is built from.
-# redis-tools' redis-cli joins the Redis Cluster members of the adapters' tests.
+# redis-tools' redis-cli joins the Redis Cluster members of the adapters' tests;
+# faketime's libfaketime runs nodes whose clocks run fast or slow (the chaos
+# suite's clock-rate scenarios, redlock doctor's clock check).
 deps:
-	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
-		echo "installing redis-server and redis-tools"; \
+	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 || ! command -v faketime >/dev/null 2>&1; then \
+		echo "installing redis-server, redis-tools and faketime"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools faketime >/dev/null; \
 	fi
 	@redis-server --version
 
@@ -57,3 +60,10 @@ bench: deps
 
 sim:
 	REDLOCK_SIM_SCHEDULES=$${REDLOCK_SIM_SCHEDULES:-100000} $(GO) test -run 'TestSimulation$$' -count=1 -timeout 180m -v .
+
+# The soak test (soak_test.go): REDLOCK_SOAK_DURATION long, 30 minutes by
+# default; a longer one needs a SOAK_TIMEOUT of at least 10 minutes more.
+SOAK_TIMEOUT ?= 3h
+
+soak: deps
+	REDLOCK_SOAK_DURATION=$${REDLOCK_SOAK_DURATION:-30m} $(GO) test -race -run 'TestSoak$$' -count=1 -timeout $(SOAK_TIMEOUT) -v .
