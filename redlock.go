@@ -270,7 +270,7 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 			c.obs.Observe(ctx, Event{Kind: EventAttempt, ID: id, Key: key, Try: try})
 		}
 		l, err := c.acquire(ctx, key, ttl, id)
-		var te *tokenError
+		_, tokenFailed := err.(*tokenError) // as acquire returns it; errors.As would allocate
 		switch {
 		case err == nil:
 			if c.obs != nil {
@@ -278,7 +278,7 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum, Token: l.fence})
 			}
 			return l, nil
-		case errors.As(err, &te):
+		case tokenFailed:
 			return nil, c.notAcquired(ctx, id, key, try, began, err) // not contention: no retry
 		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
 			return nil, c.notAcquired(ctx, id, key, try, began, withCause(err, ctx.Err()))
