@@ -94,3 +94,28 @@ func TestUnlockRetryIsNotALoss(t *testing.T) {
 	c.pools[2].set(healthy)
 	require.NoError(t, l.Unlock(ctx), "node 0, released before, counts for the retry")
 }
+
+// A retry of an Unlock whose releases ran but whose replies were lost finds
+// the key gone on those nodes: its own doing, not a loss.
+func TestUnlockRetryAfterLostReplies(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t)
+	ctx := context.Background()
+	warm, err := client.TryLock(ctx, "warm", time.Minute) // caches the release script
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+	l, err := client.TryLock(ctx, "lost-replies", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	c.pools[0].set(lostReply)
+	c.pools[1].set(lostReply)
+	err = l.Unlock(ctx)
+	require.Error(t, err, "no release confirmed by a majority")
+	require.NotErrorIs(t, err, redlock.ErrLockLost)
+	c.settle(t)
+	assert.Equal(t, []string{"", ""}, c.values("lost-replies")[:2], "the releases ran")
+
+	c.pools[0].set(healthy)
+	c.pools[1].set(healthy)
+	require.NoError(t, l.Unlock(ctx), "the retry must not report its own deletions as a loss")
+}

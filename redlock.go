@@ -483,6 +483,7 @@ type Lock struct {
 	overtaken atomic.Uint64
 	letGone   atomic.Bool   // letGo has run
 	deleted   atomic.Uint64 // nodes where an Unlock deleted the key
+	unsure    atomic.Uint64 // nodes where an Unlock's release failed: it may have run
 
 	// held points to the masks of the latest successful acquisition round
 	// or Extend (Held, Margin); fenced is fencing round 2's.
@@ -806,14 +807,22 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	won, t := c.fanout(ctx, round{
 		kind: OpRelease, key: l.key, id: id,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			deleted, err := n.releaseOwned(ctx, deadline, &l.args)
-			// A node that deleted the key for an earlier, failed Unlock
-			// counts as deleted for a retry.
+			// For a retry of an Unlock that failed: a node that deleted the
+			// key then counts as deleted now; so does one whose release then
+			// failed and which now finds the key gone, since that release
+			// may have run and lost only its reply. A retry thus never
+			// mistakes its own earlier deletions for a loss; it may miss a
+			// loss on those nodes.
 			bit := uint64(1) << n.index
-			if deleted {
+			unsure := l.unsure.Load()&bit != 0
+			deleted, err := n.releaseOwned(ctx, deadline, &l.args)
+			switch {
+			case deleted:
 				l.deleted.Or(bit)
+			case err != nil:
+				l.unsure.Or(bit)
 			}
-			return l.deleted.Load()&bit != 0, err
+			return l.deleted.Load()&bit != 0 || (err == nil && unsure), err
 		},
 	})
 	if won {

@@ -13,7 +13,9 @@ import (
 	"github.com/quorumlock/redlock/internal/redistest"
 )
 
-// lockClient is a library client of servers, closed when t ends.
+// lockClient is a library client of servers, closed when t ends. Its node
+// timeout is generous: a fresh dial under -race on a loaded machine can
+// outlast half a second, and a node that times out leaves Held short.
 func lockClient(t *testing.T, servers []*redistest.Server, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	pools := make([]redlock.Pool, len(servers))
@@ -22,7 +24,7 @@ func lockClient(t *testing.T, servers []*redistest.Server, opts ...redlock.Optio
 		t.Cleanup(func() { p.Close() })
 		pools[i] = p
 	}
-	c, err := redlock.New(pools, append([]redlock.Option{redlock.WithNodeTimeout(500 * time.Millisecond)}, opts...)...)
+	c, err := redlock.New(pools, append([]redlock.Option{redlock.WithNodeTimeout(2 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
