@@ -703,7 +703,7 @@ func runSchedule(t *testing.T, cfg simConfig) simRun {
 						setEnd(idx, time.Now())
 						// A holder whose Unlock failed (its context ended
 						// first, say) releases again, as chaosLoad does.
-						if call(rng, id, "Unlock", l.Unlock, ErrExpired, errNotReleased) != nil {
+						if call(rng, id, "Unlock", l.Unlock, ErrExpired, ErrLockLost, errNotReleased) != nil {
 							_ = l.Unlock(context.Background())
 						}
 					}
