@@ -484,6 +484,7 @@ type Lock struct {
 	letGone   atomic.Bool   // letGo has run
 	deleted   atomic.Uint64 // nodes where an Unlock deleted the key
 	unsure    atomic.Uint64 // nodes where an Unlock's release failed: it may have run
+	evidence  atomic.Uint64 // nodes whose first release found the key gone while valid
 
 	// held points to the masks of the latest successful acquisition round
 	// or Extend (Held, Margin); fenced is fencing round 2's.
@@ -741,7 +742,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 		if t.late && !c.clock.Now().Before(old) {
 			return aggregate(ErrExpired, t.causes)
 		}
-		if t.lost() {
+		if t.lost() && c.clock.Now().Before(old) {
+			// Refusals that all came while the lock was still valid: a key
+			// that expired at its ttl would prove nothing.
 			return aggregate(fmt.Errorf("%w: %w: the key is gone or held by another token on %d of %d nodes",
 				ErrNotObtained, ErrLockLost, t.refused(), t.n), t.causes)
 		}
@@ -802,27 +805,32 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	l.mu.Lock()
 	// A retry after a failed Unlock finds until already zero: not expired.
 	expired := l.released || (!l.until.IsZero() && !c.clock.Now().Before(l.until))
+	until := l.until
 	l.setUntilLocked(time.Time{})
 	l.mu.Unlock()
 	won, t := c.fanout(ctx, round{
 		kind: OpRelease, key: l.key, id: id,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			// For a retry of an Unlock that failed: a node that deleted the
-			// key then counts as deleted now; so does one whose release then
-			// failed and which now finds the key gone, since that release
-			// may have run and lost only its reply. A retry thus never
-			// mistakes its own earlier deletions for a loss; it may miss a
-			// loss on those nodes.
+			// A node's refusal is evidence that the lock was lost only if
+			// it came before the lock's validity ended (a key that expired
+			// at its ttl proves nothing), from the node's first release (a
+			// release that failed may have run and lost only its reply, and
+			// after it anything may have happened to the key). Any other
+			// refusal counts as a release: a retry never mistakes its own
+			// earlier deletions for a loss, and may miss a loss it cannot
+			// prove.
 			bit := uint64(1) << n.index
-			unsure := l.unsure.Load()&bit != 0
+			first := l.unsure.Load()&bit == 0
 			deleted, err := n.releaseOwned(ctx, deadline, &l.args)
 			switch {
 			case deleted:
 				l.deleted.Or(bit)
 			case err != nil:
 				l.unsure.Or(bit)
+			case first && !until.IsZero() && c.clock.Now().Before(until):
+				l.evidence.Or(bit)
 			}
-			return l.deleted.Load()&bit != 0 || (err == nil && unsure), err
+			return err == nil && (l.deleted.Load()&bit != 0 || l.evidence.Load()&bit == 0), err
 		},
 	})
 	if won {
@@ -833,9 +841,9 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	switch {
 	case expired:
 		return aggregate(ErrExpired, t.causes)
-	case !won && t.lost():
-		return aggregate(fmt.Errorf("%w: the key was gone or held by another token on %d of %d nodes at release: the critical section may not have been exclusive",
-			ErrLockLost, t.refused(), t.n), t.causes)
+	case !won && bits.OnesCount64(l.evidence.Load()) > t.n-t.quorum:
+		return aggregate(fmt.Errorf("%w: the key was gone or held by another token on %d of %d nodes at release, before its validity ended: the critical section may not have been exclusive",
+			ErrLockLost, bits.OnesCount64(l.evidence.Load()), t.n), t.causes)
 	case !won:
 		return t.err(errNotReleased)
 	}
