@@ -306,11 +306,16 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 // the node stored the key.
 func (n *node) setNXFenced(ctx context.Context, deadline time.Time, a *cmdArgs) (uint64, bool, error) {
 	reply, err := n.evalMarking(ctx, deadline, a, &acquireFencedScript, a.key, a.fenceKey, a.token, a.ttl)
-	counter, ok := reply.(int64)
-	if !ok || counter < 0 {
+	if err != nil || reply == nil { // a null reply: the key is held
 		return 0, false, err
 	}
-	return uint64(counter), true, err
+	counter, ok := reply.(int64)
+	if !ok || counter < 0 {
+		// As for SET NX: a reply no Redis sends fails the node, so that
+		// a lost round releases it, rather than counting as a refusal.
+		return 0, false, n.fail(fmt.Errorf("redlock: unexpected reply %v to the fenced SET", reply), deadline)
+	}
+	return uint64(counter), true, nil
 }
 
 // raiseFence raises the node's fencing counter to fence while the key still
