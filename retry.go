@@ -2,7 +2,7 @@ package redlock
 
 import (
 	"errors"
-	"fmt"
+	"math/bits"
 	mathrand "math/rand/v2"
 	"time"
 )
@@ -100,10 +100,7 @@ func (c *Client) hopeless(err error) (bool, int) {
 			seen |= 1 << ne.Node
 		}
 	}
-	n := 0
-	for ; seen != 0; seen &= seen - 1 {
-		n++
-	}
+	n := bits.OnesCount64(seen)
 	return n > len(c.nodes)-c.quorum, n
 }
 
@@ -113,10 +110,4 @@ func causesOf(err error) []error {
 		return u.WrappedErrors()
 	}
 	return []error{err}
-}
-
-// errHopeless heads the error of a Lock that stopped retrying because the
-// failures were not contention.
-func errHopeless(n int) error {
-	return fmt.Errorf("%w: %d nodes refuse the command itself, so no majority is possible: not retried", ErrNotObtained, n)
 }
