@@ -21,6 +21,11 @@ type nodeOp func(ctx context.Context, n *node, deadline time.Time) (bool, error)
 type round struct {
 	op nodeOp
 
+	// need is how many nodes must agree for the round to be won; 0 means
+	// the Client's majority. Primitives other than the mutex set it (a
+	// semaphore's quorum is larger than a majority).
+	need int
+
 	// For the Observer (observer.go) and Lock.Held: what the round is, and
 	// the nodes that agreed and that answered, stragglers too.
 	kind  Op
@@ -186,6 +191,9 @@ func causeOrder(err error) int {
 func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	n := len(c.nodes)
 	t = tally{n: n, quorum: c.quorum}
+	if r.need > 0 {
+		t.quorum = r.need
+	}
 	if err := ctx.Err(); err != nil {
 		t.causes = append(t.causes, err)
 		if r.undoAll {
