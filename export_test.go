@@ -17,3 +17,22 @@ func HoldNodeStart(client *Client, node int, release <-chan struct{}) (undo func
 	testHookNodeStart.Store(&hook)
 	return func() { testHookNodeStart.Store(nil) }
 }
+
+// WakeLive returns the nodes on which c's release subscription is open and
+// confirmed (wake.go), as a bit mask.
+func WakeLive(c *Client) uint64 {
+	if c.wake == nil {
+		return 0
+	}
+	return c.wake.live.Load()
+}
+
+// Waiting returns how many of c's Lock calls wait on key for a release.
+func Waiting(c *Client, key string) int {
+	if c.wake == nil {
+		return 0
+	}
+	c.wake.mu.Lock()
+	defer c.wake.mu.Unlock()
+	return len(c.wake.waiting[key])
+}

@@ -188,7 +188,7 @@ func FuzzNodeAgreement(f *testing.F) {
 		for _, pool := range []*fuzzPool{{reply: in}, {reply: in, err: batchErr}} {
 			failed := in.Err != nil || errValue || pool.err != nil
 			nd := newNode(0, pool)
-			a := newCmdArgs("k", "token", time.Second)
+			a := newCmdArgs("k", "token", time.Second, "")
 			a.fenceKey = fenceKey("k")
 			ctx, deadline := context.Background(), time.Now().Add(time.Minute)
 

@@ -102,6 +102,9 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 // call more than once.
 func (c *Client) Close() error {
 	c.closed.Store(true)
+	if c.wake != nil && !c.wake.close(c.nodeTimeout) {
+		return fmt.Errorf("%w: release subscriptions still open after %v", ErrNodeTimeout, c.nodeTimeout)
+	}
 	if !c.calls.wait(c.nodeTimeout) {
 		return fmt.Errorf("%w: node calls still running after %v", ErrNodeTimeout, c.nodeTimeout)
 	}

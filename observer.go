@@ -136,6 +136,7 @@ type Event struct {
 	Class   string  // for a failed node: ErrorClass(Err)
 
 	Try     int
+	Woken   bool // EventAttempt, EventRetry, EventAcquired: the attempt was started by a release announcement (wake.go)
 	Latency time.Duration
 	Wait    time.Duration
 	HeldFor time.Duration
@@ -143,7 +144,9 @@ type Event struct {
 
 	// For EventAcquired and EventExtended: the nodes holding the key when
 	// the call returned, Lock.Margin then, and the quorum; for
-	// EventSettled, the final counts.
+	// EventSettled, the final counts. For EventRetry, Held is the number of
+	// nodes the failed attempt held before it let them go: more than zero
+	// with refusals too means the vote was split.
 	Held, Margin, Quorum int
 	Token                uint64
 	Err                  error

@@ -272,6 +272,7 @@ func newNode(index int, pool Pool) *node {
 type cmdArgs struct {
 	key, token, ttl any // ttl in milliseconds, as PX and PEXPIRE take it
 	fenceKey        any // the key's fencing counter, with WithFencing
+	channel         any // where a release announces itself ("" for nowhere; wake.go)
 	lane            int // the pipe lane of key (laneOf)
 
 	// unsent has a bit for each node whose SET has not yet taken its place
@@ -283,8 +284,8 @@ type cmdArgs struct {
 	masks nodeMasks
 }
 
-func newCmdArgs(key, token string, ttl time.Duration) cmdArgs {
-	return cmdArgs{key: key, token: token, ttl: ttl.Milliseconds(), lane: laneOf(key)}
+func newCmdArgs(key, token string, ttl time.Duration, channel any) cmdArgs {
+	return cmdArgs{key: key, token: token, ttl: ttl.Milliseconds(), channel: channel, lane: laneOf(key)}
 }
 
 // setNX sends SET key token NX PX ttl (step 1). It reports true if the node
@@ -343,14 +344,14 @@ func (n *node) extend(ctx context.Context, deadline time.Time, a *cmdArgs) (bool
 // the node answered: afterwards the node holds no key with the token,
 // whether the script deleted it or found it gone.
 func (n *node) release(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-	_, err := n.eval(ctx, deadline, a.lane, &releaseScript, a.key, a.token)
+	_, err := n.eval(ctx, deadline, a.lane, &releaseScript, a.key, a.token, a.channel)
 	return err == nil, err
 }
 
 // releaseOwned is release for Unlock: it reports true if the node deleted
 // the key, and false if the key was gone or held another token.
 func (n *node) releaseOwned(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-	reply, err := n.eval(ctx, deadline, a.lane, &releaseScript, a.key, a.token)
+	reply, err := n.eval(ctx, deadline, a.lane, &releaseScript, a.key, a.token, a.channel)
 	return reply == int64(1), err
 }
 

@@ -75,7 +75,7 @@ func TestSetNXAgreesOnlyOnOK(t *testing.T) {
 		{Reply{Value: redis.Error("LOADING")}, false, true},
 	} {
 		n := newNode(0, replyPool{tc.reply})
-		a := newCmdArgs("k", "t", time.Second)
+		a := newCmdArgs("k", "t", time.Second, "")
 		yes, err := n.setNX(context.Background(), time.Now().Add(time.Second), &a)
 		if yes != tc.yes || (err != nil) != tc.failure {
 			t.Errorf("reply %#v: agreed %v, err %v; want agreed %v, failure %v", tc.reply, yes, err, tc.yes, tc.failure)

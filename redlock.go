@@ -47,6 +47,14 @@ type Client struct {
 	obsSet             bool          // WithObserver was given, so obs must not be nil
 	ids                atomic.Uint64 // the last call ID given out, for events
 
+	wakeOff bool   // WithWakeUp(false)
+	wake    *waker // delivers release announcements; nil if off or no node is a Subscriber
+	channel any    // ReleaseChannel as a command argument, or "" with wake-up off
+
+	// unsafeNoticeVotes is for one test only (TestSimulationCatchesNoticeVotes):
+	// a woken attempt counts the nodes that announced a release as votes.
+	unsafeNoticeVotes bool
+
 	calls  inflight    // node calls running, including those no caller waits for
 	closed atomic.Bool // Close has been called
 }
@@ -206,6 +214,17 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 	if c.retry == nil {
 		c.retry = jitterRetry{c.retryMin, c.retryMax}
 	}
+	c.channel = ""
+	if !c.wakeOff {
+		channel := ReleaseChannel
+		c.channel = channel
+		for _, n := range c.nodes {
+			if _, ok := n.pool.(Subscriber); ok {
+				c.wake = newWaker(c, channel)
+				break
+			}
+		}
+	}
 	return c, nil
 }
 
@@ -228,7 +247,10 @@ func isNil(v any) bool {
 
 // Lock acquires the lock on key for ttl. It retries after a pause
 // (WithRetryDelay, WithRetryStrategy) until it holds the lock, the tries run
-// out (WithTries), the strategy gives up, or ctx ends. It does not retry
+// out (WithTries), the strategy gives up, or ctx ends. While it waits, a
+// release of key on enough nodes wakes it for an extra attempt at once
+// (WithWakeUp, on by default with pools that are Subscribers; wake.go);
+// such attempts do not count as tries. It does not retry
 // failures that are not contention, which would only repeat: a token
 // function that fails, or so many nodes refusing the command itself
 // (NOPERM, NOAUTH, WRONGPASS, READONLY, OOM, WRONGTYPE, CROSSSLOT) that no
@@ -265,43 +287,84 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 	if c.obs != nil {
 		began = time.Now()
 	}
-	for try := 1; ; try++ {
-		if c.obs != nil {
-			c.obs.Observe(ctx, Event{Kind: EventAttempt, ID: id, Key: key, Try: try})
+	var (
+		wt     *waiter   // set once Lock waits, if the nodes can announce releases (wake.go)
+		next   time.Time // when the next timed attempt is due
+		woken  bool      // this attempt was started by a wake-up
+		splits int       // woken attempts in a row that divided the vote
+	)
+	defer func() {
+		if wt != nil {
+			c.wake.unregister(wt)
 		}
-		l, err := c.acquire(ctx, key, ttl, id)
+	}()
+	for try := 1; ; {
+		var presumed uint64 // the unsafe variant's votes; 0 in every real use
+		if wt != nil {
+			if woken && c.unsafeNoticeVotes {
+				presumed = wt.freed.Load()
+			}
+			wt.arm()
+		}
+		label := try // a woken attempt counts as part of the timed one before it
+		if woken {
+			label--
+		}
+		if c.obs != nil {
+			c.obs.Observe(ctx, Event{Kind: EventAttempt, ID: id, Key: key, Try: label, Woken: woken})
+		}
+		sent := time.Now()
+		l, held, err := c.acquire(ctx, key, ttl, id, presumed)
+		rtt := time.Since(sent)
 		_, tokenFailed := err.(*tokenError) // as acquire returns it; errors.As would allocate
 		switch {
 		case err == nil:
 			if c.obs != nil {
-				c.obs.Observe(ctx, Event{Kind: EventAcquired, ID: id, Key: key, Try: try, Wait: time.Since(began),
+				c.obs.Observe(ctx, Event{Kind: EventAcquired, ID: id, Key: key, Try: label, Woken: woken, Wait: time.Since(began),
 					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum, Token: l.fence})
 			}
 			return l, nil
 		case tokenFailed:
-			return nil, c.notAcquired(ctx, id, key, try, began, err) // not contention: no retry
+			return nil, c.notAcquired(ctx, id, key, label, began, err) // not contention: no retry
 		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			return nil, c.notAcquired(ctx, id, key, try, began, withCause(err, ctx.Err()))
-		case ctx.Err() != nil || try == tries:
-			return nil, c.notAcquired(ctx, id, key, try, began, err)
+			return nil, c.notAcquired(ctx, id, key, label, began, withCause(err, ctx.Err()))
+		case ctx.Err() != nil || (try == tries && !woken):
+			return nil, c.notAcquired(ctx, id, key, label, began, err)
 		}
 		if hopeless, n := c.hopeless(err); hopeless {
-			return nil, c.notAcquired(ctx, id, key, try, began,
+			return nil, c.notAcquired(ctx, id, key, label, began,
 				fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no majority is possible)", err, n, len(c.nodes)))
 		}
-		delay := c.retry.Delay(try)
-		if delay < 0 {
-			return nil, c.notAcquired(ctx, id, key, try, began, err)
+		switch {
+		case !woken:
+			delay := c.retry.Delay(try)
+			if delay < 0 {
+				return nil, c.notAcquired(ctx, id, key, try, began, err)
+			}
+			next = time.Now().Add(delay)
+			if c.obs != nil {
+				c.obs.Observe(ctx, Event{Kind: EventRetry, ID: id, Key: key, Try: try, Delay: delay, Held: bits.OnesCount64(held), Err: err})
+			}
+			try++
+			if wt == nil && c.wake != nil {
+				wt = c.wake.register(key, c.quorum)
+			}
+		case held != 0:
+			splits++ // this woken attempt held some nodes and still lost
+		default:
+			splits = 0
 		}
-		if c.obs != nil {
-			c.obs.Observe(ctx, Event{Kind: EventRetry, ID: id, Key: key, Try: try, Delay: delay, Err: err})
+		if woken && c.obs != nil {
+			c.obs.Observe(ctx, Event{Kind: EventRetry, ID: id, Key: key, Try: label, Woken: true, Delay: time.Until(next),
+				Held: bits.OnesCount64(held), Err: err})
 		}
-		pause := time.NewTimer(delay)
-		select {
-		case <-pause.C:
-		case <-ctx.Done():
-			pause.Stop()
-			return nil, c.notAcquired(ctx, id, key, try, began, withCause(err, ctx.Err()))
+		if wt != nil {
+			wt.settle(held)
+		}
+		var cause error
+		woken, cause = pause(ctx, wt, next, staggerFor(rtt, splits))
+		if cause != nil {
+			return nil, c.notAcquired(ctx, id, key, try-1, began, withCause(err, cause))
 		}
 	}
 }
@@ -348,19 +411,20 @@ func (e *tokenError) Error() string {
 func (e *tokenError) Unwrap() []error { return []error{ErrNotObtained, e.err} }
 
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
-// rounds of docs/fencing.md when enabled.
-func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64) (*Lock, error) {
+// rounds of docs/fencing.md when enabled. A failed attempt also returns the
+// nodes that agreed to its SET before it let them go (wake.go).
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, presumed uint64) (*Lock, uint64, error) {
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
 	}
 	if err != nil {
-		return nil, &tokenError{err}
+		return nil, 0, &tokenError{err}
 	}
 
 	// The Lock holds the command arguments, so that they are made once, in
 	// the same allocation; it is dropped if the attempt fails.
-	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(key, token, ttl)}
+	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(key, token, ttl, c.channel)}
 	args := &l.args
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
@@ -383,6 +447,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 			return ok, err
 		}
 	}
+	if presumed != 0 {
+		set = presume(set, presumed)
+	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
 	held := &args.masks                    // the round whose agreement makes the lock held
 	if c.fencing {
@@ -394,7 +461,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l,
 		kind: OpAcquire, key: key, id: id, masks: &args.masks})
 	if !won {
-		return nil, t.err(ErrNotObtained)
+		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
 	if !c.fencing {
@@ -406,10 +473,14 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		// reported, and counts only once a majority stored it while still
 		// holding the key, within the same validity window.
 		l.fence = highest.load() + 1
+		raise := func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			return n.raiseFence(ctx, deadline, args, l.fence)
+		}
+		if presumed != 0 {
+			raise = presume(raise, presumed)
+		}
 		won, t = c.fanout(ctx, round{
-			op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-				return n.raiseFence(ctx, deadline, args, l.fence)
-			},
+			op: raise,
 			// If lost, release every node: a round-1 SET may still be on its
 			// way to a node that refused here. Letting go first makes a SET
 			// that enters its pipe after these releases release itself.
@@ -423,7 +494,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 			masks:   &l.fenced,
 		})
 		if !won {
-			return nil, t.err(ErrNotObtained)
+			return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 		}
 		l.held.Store(&l.fenced) // held means: holds the key with the token counted
 		l.fenced.settle()       // won
@@ -432,7 +503,19 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		l.granted, l.id = time.Now(), id
 	}
 	l.until = until
-	return l, nil
+	return l, 0, nil
+}
+
+// presume is the unsafe variant of TestSimulationCatchesNoticeVotes: op,
+// with the nodes in votes agreeing whatever they answer.
+func presume(op nodeOp, votes uint64) nodeOp {
+	return func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+		ok, err := op(ctx, n, deadline)
+		if votes&(1<<n.index) != 0 {
+			return true, nil
+		}
+		return ok, err
+	}
 }
 
 // maxCounter keeps the largest value it was given; safe for concurrent use.

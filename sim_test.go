@@ -71,6 +71,13 @@ type simConfig struct {
 	clockRate float64       // node clocks run this much faster than true time
 	pauseRate float64       // chance that a holder stalls past its validity before writing
 
+	// Release announcements (wake.go) travel like replies, with a delay of
+	// up to maxDelay and the drop rate, and besides: lost with noticeLoss,
+	// sent twice with noticeDup. noticeVotes is the unsafe variant that
+	// counts them as votes (sim_wake_test.go).
+	noticeLoss, noticeDup float64
+	noticeVotes           bool
+
 	// clean is a network on which the library promises that no key is left
 	// behind: nothing is lost, no node crashes, each Client's link to a node
 	// delivers requests in the order they were sent (one TCP connection),
@@ -109,13 +116,14 @@ func drawConfig(seed uint64, amnesia bool) simConfig {
 		clockRate: 1 + r.Float64()*0.009, // within the default drift factor of 0.01
 		pauseRate: 0.25,
 	}
+	cfg.noticeLoss, cfg.noticeDup = r.Float64()*0.3, r.Float64()*0.3
 	if cfg.clients*cfg.workers < 2 {
 		cfg.workers = 2 // someone to contend with
 	}
 	if !amnesia && r.IntN(4) == 0 {
 		cfg.clean = true
 		cfg.maxDelay = time.Duration(1+r.IntN(3)) * time.Millisecond // 16 × 3 ms < simNodeTimeout
-		cfg.dropRate, cfg.crashes = 0, 0
+		cfg.dropRate, cfg.crashes, cfg.noticeLoss = 0, 0, 0
 	}
 	return cfg
 }
@@ -130,6 +138,9 @@ type simNode struct {
 	rate    float64
 	epoch   time.Time
 	expired []string // values of simKey that lived until their ttl
+
+	world *simWorld
+	subs  []*simSub // subscriptions to the release channel; lost on a crash
 }
 
 type simValue struct {
@@ -167,6 +178,7 @@ func (n *simNode) crash() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.up = false
+	n.dropSubs()
 }
 
 // restart brings the node back, with its data (persistence) or without.
@@ -217,6 +229,9 @@ func (n *simNode) script(hash string, ka []any) (any, error) {
 	case releaseScript.hash:
 		if v, ok := n.get(key); ok && v == str(ka[1]) {
 			delete(n.data, key)
+			if str(ka[2]) != "" {
+				n.announce(key)
+			}
 			return int64(1), nil
 		}
 		return int64(0), nil
@@ -583,6 +598,7 @@ type simRun struct {
 
 	calls, ctxEnded                [len(ctxOdds)]int // client calls by context kind, and those that failed with their context's error
 	batches, multi, inMulti, maxEx int               // Exec calls, those of 2+ commands, the commands in them, the largest
+	woken, wokenWon                int               // attempts started by a release announcement, and those that won
 	events                         []string
 }
 
@@ -595,8 +611,11 @@ func runSchedule(t *testing.T, cfg simConfig) simRun {
 		defer func() { run.events = w.events }()
 		faults := rand.New(rand.NewPCG(cfg.seed, 2)) // the fault schedule, from the seed alone
 		for range cfg.nodes {
-			w.nodes = append(w.nodes, newSimNode(cfg.clockRate))
+			n := newSimNode(cfg.clockRate)
+			n.world = w
+			w.nodes = append(w.nodes, n)
 		}
+		var wakes simWakes
 
 		var (
 			mu       sync.Mutex
@@ -661,10 +680,11 @@ func runSchedule(t *testing.T, cfg simConfig) simRun {
 				pools[i] = simPool{w: w, node: i, link: &simLink{}, clock: clock}
 			}
 			client, err := New(pools, WithFencing(), WithNodeTimeout(simNodeTimeout), WithClock(clock),
-				WithTries(8), WithRetryDelay(10*time.Millisecond, 100*time.Millisecond))
+				WithTries(8), WithRetryDelay(10*time.Millisecond, 100*time.Millisecond), WithObserver(&wakes))
 			if err != nil {
 				t.Fatal(err)
 			}
+			client.unsafeNoticeVotes = cfg.noticeVotes
 			clients = append(clients, client)
 			for k := range cfg.workers {
 				id := c*cfg.workers + k
@@ -734,8 +754,12 @@ func runSchedule(t *testing.T, cfg simConfig) simRun {
 		// calls left in the background, and their messages, run out.
 		for _, c := range clients {
 			c.calls.Wait()
+			if err := c.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
 		}
 		w.wires.Wait()
+		run.woken, run.wokenWon = int(wakes.attempts.Load()), int(wakes.won.Load())
 		run.accepted = resource.accepted
 		run.violations = append(run.violations, broken...)
 		if cfg.clean {
@@ -832,6 +856,12 @@ func simSchedules(t *testing.T, fast int) (base uint64, n int) {
 // worker per CPU, and calls check with each result. check must be safe for
 // concurrent use.
 func forSchedules(t *testing.T, base uint64, n int, amnesia bool, check func(*testing.T, simConfig, simRun)) {
+	forSchedulesWith(t, base, n, amnesia, nil, check)
+}
+
+// forSchedulesWith is forSchedules with tweak, if not nil, applied to each
+// schedule's configuration.
+func forSchedulesWith(t *testing.T, base uint64, n int, amnesia bool, tweak func(*simConfig), check func(*testing.T, simConfig, simRun)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	t.Run("schedules", func(t *testing.T) {
 		for w := range workers {
@@ -841,6 +871,9 @@ func forSchedules(t *testing.T, base uint64, n int, amnesia bool, check func(*te
 					cfg := drawConfig(base+uint64(i), amnesia)
 					if amnesia {
 						cfg.crashes = cfg.nodes * 3 // many restarts, so that a majority forgets
+					}
+					if tweak != nil {
+						tweak(&cfg)
 					}
 					check(t, cfg, runSchedule(t, cfg))
 				}
@@ -863,6 +896,7 @@ func TestSimulation(t *testing.T) {
 		grants, writes, clean             int
 		calls, ctxEnded                   [len(ctxOdds)]int
 		batches, multi, inMulti, maxBatch int
+		woken, wokenWon                   int
 	)
 	start := time.Now()
 	forSchedules(t, base, n, false, func(t *testing.T, cfg simConfig, run simRun) {
@@ -880,6 +914,8 @@ func TestSimulation(t *testing.T) {
 		multi += run.multi
 		inMulti += run.inMulti
 		maxBatch = max(maxBatch, run.maxEx)
+		woken += run.woken
+		wokenWon += run.wokenWon
 		mu.Unlock()
 		if len(run.violations) > 0 {
 			if run.events != nil {
@@ -894,6 +930,7 @@ func TestSimulation(t *testing.T) {
 		calls[ctxNever], calls[ctxTimer], ctxEnded[ctxTimer], calls[ctxOnAnswer], ctxEnded[ctxOnAnswer],
 		calls[ctxBetween], ctxEnded[ctxBetween], calls[ctxShort], ctxEnded[ctxShort], calls[ctxLong], ctxEnded[ctxLong])
 	t.Logf("%d batches sent, %d of 2 or more commands (%d commands, at most %d in one)", batches, multi, inMulti, maxBatch)
+	t.Logf("%d attempts woken by a release announcement, %d of them won", woken, wokenWon)
 	if grants == 0 {
 		t.Fatal("no lock was ever granted: the simulation exercised nothing")
 	}
@@ -909,6 +946,9 @@ func TestSimulation(t *testing.T) {
 	}
 	if multi == 0 {
 		t.Errorf("no multi-command batch in %d schedules: the pipes' batching went unexercised", n)
+	}
+	if wokenWon == 0 {
+		t.Errorf("no woken attempt won in %d schedules: wake-up on release went unexercised", n)
 	}
 	for k := ctxTimer; k < ctxKind(len(ctxOdds)); k++ {
 		if ctxEnded[k] == 0 {

@@ -1,6 +1,14 @@
--- Release: delete the key only if it still holds the caller's token.
--- KEYS[1] lock key, ARGV[1] token. Returns 1 if deleted, 0 otherwise.
+-- Release: delete the key only if it still holds the caller's token, and
+-- then tell waiting clients that the key is free on this node (wake.go).
+-- The notice is a hint: PUBLISH runs under pcall, so that a user whose ACL
+-- grants no channel still releases; waiters then find out by their timers.
+-- KEYS[1] lock key, ARGV[1] token, ARGV[2] channel ("" sends no notice).
+-- Returns 1 if deleted, 0 otherwise.
 if redis.call("GET", KEYS[1]) == ARGV[1] then
-	return redis.call("DEL", KEYS[1])
+	redis.call("DEL", KEYS[1])
+	if ARGV[2] ~= "" then
+		redis.pcall("PUBLISH", ARGV[2], KEYS[1])
+	end
+	return 1
 end
 return 0

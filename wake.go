@@ -1,0 +1,315 @@
+package redlock
+
+import (
+	"context"
+	"math/bits"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Wake-up on release.
+//
+// A Lock that finds its key held waits for its next timed attempt (the
+// RetryStrategy), but it need not sleep through a release. The release
+// script (scripts/release.lua), run by Unlock and by the undo of a lost
+// attempt, publishes the key's name on ReleaseChannel after it deleted the
+// key. Each Client keeps at most one subscription to that channel per node,
+// shared by all its waiting Locks on every key: it opens when the first Lock
+// starts waiting and closes wakeLinger after the last one stopped, or at
+// Close. A waiter is woken once the nodes that announced a release since its
+// attempt began, together with the nodes its failed attempt held itself
+// (and has just released), make a majority possible.
+//
+// A notice is a hint, never a vote. A woken Lock runs an ordinary attempt,
+// SET NX on every node and a majority counted within the validity window,
+// so a notice that is late, lost, duplicated or forged can cost time but
+// cannot grant a lock (docs/algorithm.md, "Wake-up on release"). A lost one
+// costs at most the wait until the next timed attempt, which stays as the
+// fallback.
+//
+// Woken attempts do not count toward WithTries: they come between the timed
+// attempts, so Lock gives up when it did without wake-ups.
+//
+// Split votes. Waiters woken by the same release race for the same nodes
+// and may divide them so that none wins. Each woken waiter therefore first
+// pauses for a random stagger, drawn from [0, w): w is the duration of its
+// last attempt (about one round trip to a majority), doubled after each
+// woken attempt in a row that held some nodes but lost (a split), and reset
+// when a woken attempt held none (another waiter won cleanly). The first
+// waiter to go usually reaches every node before the next one starts, and
+// repeated splits back off exponentially, as in Ethernet's collision
+// handling. The doubling stops at maxSplitShift.
+
+// ReleaseChannel is the Redis pub/sub channel on which releases announce
+// themselves on each node; the message is the released key. A Client made
+// with WithKeyPrefix uses the prefix followed by this name.
+const ReleaseChannel = "redlock:released"
+
+// wakeLinger is how long a Client keeps its subscriptions open after the
+// last waiter stopped waiting, so that a burst of contention does not dial
+// them again for every waiter.
+const wakeLinger = time.Second
+
+// Subscriptions that fail are opened again after a pause that doubles from
+// subscribeRetryMin to subscribeRetryMax.
+const (
+	subscribeRetryMin = 50 * time.Millisecond
+	subscribeRetryMax = 5 * time.Second
+)
+
+// maxSplitShift caps the stagger's doubling after split votes: 2^6 round
+// trips.
+const maxSplitShift = 6
+
+// WithWakeUp turns wake-up on release on or off (on by default). On, every
+// release announces itself on ReleaseChannel, and a Lock that waits is woken
+// by the announcements of other Clients' releases, through one subscription
+// per node that is a Subscriber. Off, releases send no announcement and Lock
+// waits for its timed attempts only; a Client with wake-up off does not
+// wake the waiters of other Clients either.
+func WithWakeUp(on bool) Option {
+	return func(c *Client) { c.wakeOff = !on }
+}
+
+// A waker delivers release announcements to the Client's waiting Locks.
+// It is safe for concurrent use.
+type waker struct {
+	client  *Client
+	channel string
+
+	mu      sync.Mutex
+	waiting map[string][]*waiter // by key
+	count   int                  // waiters registered
+	stop    context.CancelFunc   // ends the running subscriptions; nil if none run
+	idle    *time.Timer          // stops them once no one waits
+	closed  bool
+
+	runs inflight      // subscription goroutines
+	live atomic.Uint64 // nodes whose subscription the server has confirmed
+}
+
+func newWaker(c *Client, channel string) *waker {
+	return &waker{client: c, channel: channel, waiting: make(map[string][]*waiter)}
+}
+
+// A waiter is one waiting Lock call.
+type waiter struct {
+	key  string
+	need int // the quorum
+
+	freed   atomic.Uint64 // nodes that announced a release of key since arm
+	free    atomic.Uint64 // nodes the last attempt held (and has released)
+	settled atomic.Bool   // the last attempt has ended: free is known
+	wake    chan struct{} // one slot: a wake-up is pending
+}
+
+// register adds a waiter for key and opens the subscriptions if they are
+// not open. It returns nil once the Client is closed.
+func (w *waker) register(key string, need int) *waiter {
+	wt := &waiter{key: key, need: need, wake: make(chan struct{}, 1)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.waiting[key] = append(w.waiting[key], wt)
+	w.count++
+	if w.idle != nil {
+		w.idle.Stop()
+		w.idle = nil
+	}
+	if w.stop == nil {
+		w.start()
+	}
+	return wt
+}
+
+// unregister removes wt; the subscriptions close after wakeLinger if no
+// other waiter comes.
+func (w *waker) unregister(wt *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.waiting[wt.key]
+	for i, x := range ws {
+		if x == wt {
+			ws[i] = ws[len(ws)-1]
+			ws[len(ws)-1] = nil
+			ws = ws[:len(ws)-1]
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(w.waiting, wt.key)
+	} else {
+		w.waiting[wt.key] = ws
+	}
+	w.count--
+	if w.count == 0 && w.stop != nil && !w.closed {
+		w.idle = time.AfterFunc(wakeLinger, w.stopIdle)
+	}
+}
+
+// stopIdle closes the subscriptions if still no one waits.
+func (w *waker) stopIdle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.count == 0 && w.stop != nil {
+		w.stop()
+		w.stop = nil
+	}
+}
+
+// start opens a subscription on every node that is a Subscriber; w.mu is
+// held.
+func (w *waker) start() {
+	ctx, stop := context.WithCancel(context.Background())
+	w.stop = stop
+	for _, n := range w.client.nodes {
+		if s, ok := n.pool.(Subscriber); ok {
+			w.runs.Add(1)
+			go w.subscribe(ctx, n.index, s)
+		}
+	}
+}
+
+// subscribe keeps node's subscription open until ctx ends, opening it again
+// after a failure.
+func (w *waker) subscribe(ctx context.Context, node int, s Subscriber) {
+	defer w.runs.Done()
+	bit := uint64(1) << node
+	pause := subscribeRetryMin
+	for {
+		began := time.Now()
+		s.Subscribe(ctx, w.channel, func() { w.live.Or(bit) }, func(key string) { w.deliver(node, key) })
+		w.live.And(^bit)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > subscribeRetryMax {
+			pause = subscribeRetryMin // it had been working
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		pause = min(2*pause, subscribeRetryMax)
+	}
+}
+
+// deliver passes node's announcement that key was released to the key's
+// waiters.
+func (w *waker) deliver(node int, key string) {
+	w.mu.Lock()
+	for _, wt := range w.waiting[key] {
+		wt.notify(node)
+	}
+	w.mu.Unlock()
+}
+
+// close ends the subscriptions and waits for them, at most limit. It
+// reports whether they all ended.
+func (w *waker) close(limit time.Duration) bool {
+	w.mu.Lock()
+	w.closed = true
+	if w.idle != nil {
+		w.idle.Stop()
+		w.idle = nil
+	}
+	if w.stop != nil {
+		w.stop()
+		w.stop = nil
+	}
+	w.mu.Unlock()
+	return w.runs.wait(limit)
+}
+
+// arm starts an attempt: announcements count from here on.
+func (wt *waiter) arm() {
+	wt.settled.Store(false)
+	wt.freed.Store(0)
+	wt.free.Store(0)
+	select {
+	case <-wt.wake:
+	default:
+	}
+}
+
+// settle ends a failed attempt that held the nodes in held before it let
+// them go.
+func (wt *waiter) settle(held uint64) {
+	wt.free.Store(held)
+	wt.settled.Store(true)
+	wt.check()
+}
+
+// notify records node's announcement.
+func (wt *waiter) notify(node int) {
+	wt.freed.Or(1 << node)
+	wt.check()
+}
+
+// check wakes the waiter once a majority may be free: nodes that announced
+// a release, with those its own attempt held. At least one announcement must
+// come from a node the attempt did not hold: its own undo announces too, and
+// must not wake it.
+func (wt *waiter) check() {
+	if !wt.settled.Load() {
+		return
+	}
+	freed, free := wt.freed.Load(), wt.free.Load()
+	if freed&^free != 0 && bits.OnesCount64(freed|free) >= wt.need {
+		select {
+		case wt.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// pause waits, after a failed attempt, until next (the next timed attempt),
+// ctx's end, or a wake-up followed by a stagger drawn from [0, stagger). It
+// reports whether a wake-up ended it.
+func pause(ctx context.Context, wt *waiter, next time.Time, stagger time.Duration) (woken bool, err error) {
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	var wake <-chan struct{}
+	if wt != nil {
+		wake = wt.wake
+	}
+	for {
+		select {
+		case <-timer.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-wake:
+			var d time.Duration
+			if stagger > 0 {
+				d = rand.N(stagger)
+			}
+			if d >= time.Until(next) {
+				wake = nil // the timed attempt comes first
+				continue
+			}
+			if d > 0 {
+				timer.Reset(d) // Go 1.23 timers: no stale value to drain
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+					return false, ctx.Err()
+				}
+			}
+			return true, nil
+		}
+	}
+}
+
+// staggerFor is the stagger window after an attempt that took rtt, with
+// splits woken attempts in a row that divided the vote.
+func staggerFor(rtt time.Duration, splits int) time.Duration {
+	return rtt << min(splits, maxSplitShift)
+}
