@@ -292,6 +292,7 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 		next   time.Time // when the next timed attempt is due
 		woken  bool      // this attempt was started by a wake-up
 		splits int       // woken attempts in a row that divided the vote
+		waiting = time.Now()
 	)
 	defer func() {
 		if wt != nil {
@@ -362,7 +363,7 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 			wt.settle(held)
 		}
 		var cause error
-		woken, cause = pause(ctx, wt, next, staggerFor(rtt, splits))
+		woken, cause = pause(ctx, wt, next, staggerFor(rtt, time.Since(waiting), splits))
 		if cause != nil {
 			return nil, c.notAcquired(ctx, id, key, try-1, began, withCause(err, cause))
 		}

@@ -32,15 +32,24 @@ import (
 // Woken attempts do not count toward WithTries: they come between the timed
 // attempts, so Lock gives up when it did without wake-ups.
 //
-// Split votes. Waiters woken by the same release race for the same nodes
-// and may divide them so that none wins. Each woken waiter therefore first
-// pauses for a random stagger, drawn from [0, w): w is the duration of its
-// last attempt (about one round trip to a majority), doubled after each
-// woken attempt in a row that held some nodes but lost (a split), and reset
-// when a woken attempt held none (another waiter won cleanly). The first
-// waiter to go usually reaches every node before the next one starts, and
-// repeated splits back off exponentially, as in Ethernet's collision
-// handling. The doubling stops at maxSplitShift.
+// Split votes and fairness. Waiters woken by the same release race for the
+// same nodes and may divide them so that none wins. Each woken waiter
+// therefore first pauses for a random stagger drawn from [0, w), where
+//
+//	w = rtt × 2^splits × rtt/(rtt + waited)
+//
+// rtt is the duration of its last attempt (about one round trip to a
+// majority); splits counts its woken attempts in a row that held some
+// nodes but lost (a split vote; reset when a woken attempt held none, that
+// is, another waiter won cleanly), so repeated splits back off
+// exponentially, as Ethernet does after collisions, up to 2^maxSplitShift;
+// and waited is how long this Lock call has waited, so that the waiter that
+// has waited longest draws from the narrowest window and usually goes
+// first. The first to go usually reaches every node before the next one
+// starts: the others find the key held and wait for its release. Waiters
+// that arrive later than the others draw from wider windows, which keeps
+// any one from losing race after race (docs/algorithm.md, "Wake-up on
+// release", states the bound and docs/benchmarks.md measures it).
 
 // ReleaseChannel is the Redis pub/sub channel on which releases announce
 // themselves on each node; the message is the released key. A Client made
@@ -308,8 +317,14 @@ func pause(ctx context.Context, wt *waiter, next time.Time, stagger time.Duratio
 	}
 }
 
-// staggerFor is the stagger window after an attempt that took rtt, with
-// splits woken attempts in a row that divided the vote.
-func staggerFor(rtt time.Duration, splits int) time.Duration {
-	return rtt << min(splits, maxSplitShift)
+// staggerFor is the stagger window after an attempt that took rtt, for a
+// waiter that has waited for waited, with splits woken attempts in a row
+// that divided the vote.
+func staggerFor(rtt, waited time.Duration, splits int) time.Duration {
+	w := rtt << min(splits, maxSplitShift)
+	if rtt <= 0 {
+		return 0
+	}
+	// w × rtt/(rtt+waited), in floating point: the product may overflow.
+	return time.Duration(float64(w) * float64(rtt) / float64(rtt+max(waited, 0)))
 }

@@ -59,14 +59,28 @@ func TestWaiterWakesOnAMajority(t *testing.T) {
 	}
 }
 
-func TestStaggerDoublesOnSplitsUpToACap(t *testing.T) {
+func TestStaggerDoublesOnSplitsAndNarrowsWithTheWait(t *testing.T) {
 	rtt := 100 * time.Microsecond
 	for splits, want := range []time.Duration{rtt, 2 * rtt, 4 * rtt} {
-		if got := staggerFor(rtt, splits); got != want {
-			t.Errorf("staggerFor(%v, %d) = %v, want %v", rtt, splits, got, want)
+		if got := staggerFor(rtt, 0, splits); got != want {
+			t.Errorf("staggerFor(%v, 0, %d) = %v, want %v", rtt, splits, got, want)
 		}
 	}
-	if got, want := staggerFor(rtt, 100), rtt<<maxSplitShift; got != want {
-		t.Errorf("staggerFor(%v, 100) = %v, want the cap %v", rtt, got, want)
+	if got, want := staggerFor(rtt, 0, 100), rtt<<maxSplitShift; got != want {
+		t.Errorf("staggerFor(%v, 0, 100) = %v, want the cap %v", rtt, got, want)
+	}
+	// Who has waited 9 rtt draws from a tenth of the window; 99 rtt, a
+	// hundredth.
+	if got, want := staggerFor(rtt, 9*rtt, 0), rtt/10; got != want {
+		t.Errorf("staggerFor(%v, 9rtt, 0) = %v, want %v", rtt, got, want)
+	}
+	if got, want := staggerFor(rtt, 99*rtt, 1), 2*rtt/100; got != want {
+		t.Errorf("staggerFor(%v, 99rtt, 1) = %v, want %v", rtt, got, want)
+	}
+	if got := staggerFor(0, time.Second, 3); got != 0 {
+		t.Errorf("staggerFor(0, 1s, 3) = %v, want 0", got)
+	}
+	if got := staggerFor(time.Hour, time.Hour, 60); got <= 0 {
+		t.Errorf("staggerFor(1h, 1h, 60) = %v: overflowed", got)
 	}
 }
