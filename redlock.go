@@ -288,10 +288,10 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 		began = time.Now()
 	}
 	var (
-		wt     *waiter   // set once Lock waits, if the nodes can announce releases (wake.go)
-		next   time.Time // when the next timed attempt is due
-		woken  bool      // this attempt was started by a wake-up
-		splits int       // woken attempts in a row that divided the vote
+		wt      *waiter   // set once Lock waits, if the nodes can announce releases (wake.go)
+		next    time.Time // when the next timed attempt is due
+		woken   bool      // this attempt was started by a wake-up
+		splits  int       // woken attempts in a row that divided the vote
 		waiting = time.Now()
 	)
 	defer func() {
@@ -302,10 +302,9 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 	for try := 1; ; {
 		var presumed uint64 // the unsafe variant's votes; 0 in every real use
 		if wt != nil {
-			if woken && c.unsafeNoticeVotes {
-				presumed = wt.freed.Load()
+			if announced := wt.arm(); woken && c.unsafeNoticeVotes {
+				presumed = announced
 			}
-			wt.arm()
 		}
 		label := try // a woken attempt counts as part of the timed one before it
 		if woken {

@@ -108,9 +108,12 @@ type waiter struct {
 	key  string
 	need int // the quorum
 
-	freed   atomic.Uint64 // nodes that announced a release of key since arm
-	free    atomic.Uint64 // nodes the last attempt held (and has released)
-	settled atomic.Bool   // the last attempt has ended: free is known
+	// mu makes each of arm, settle and notify atomic, so that an
+	// announcement for one attempt cannot leave a wake-up for the next.
+	mu      sync.Mutex
+	freed   uint64        // nodes that announced a release of key since arm
+	free    uint64        // nodes the last attempt held (and has released)
+	settled bool          // the last attempt has ended: free is known
 	wake    chan struct{} // one slot: a wake-up is pending
 }
 
@@ -237,41 +240,46 @@ func (w *waker) close(limit time.Duration) bool {
 	return w.runs.wait(limit)
 }
 
-// arm starts an attempt: announcements count from here on.
-func (wt *waiter) arm() {
-	wt.settled.Store(false)
-	wt.freed.Store(0)
-	wt.free.Store(0)
+// arm starts an attempt: announcements count from here on. It returns the
+// nodes announced since the last arm (for the unsafe variant's test).
+func (wt *waiter) arm() (announced uint64) {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	announced = wt.freed
+	wt.settled, wt.freed, wt.free = false, 0, 0
 	select {
 	case <-wt.wake:
 	default:
 	}
+	return announced
 }
 
 // settle ends a failed attempt that held the nodes in held before it let
 // them go.
 func (wt *waiter) settle(held uint64) {
-	wt.free.Store(held)
-	wt.settled.Store(true)
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	wt.free, wt.settled = held, true
 	wt.check()
 }
 
 // notify records node's announcement.
 func (wt *waiter) notify(node int) {
-	wt.freed.Or(1 << node)
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	wt.freed |= 1 << node
 	wt.check()
 }
 
 // check wakes the waiter once a majority may be free: nodes that announced
 // a release, with those its own attempt held. At least one announcement must
 // come from a node the attempt did not hold: its own undo announces too, and
-// must not wake it.
+// must not wake it. wt.mu is held.
 func (wt *waiter) check() {
-	if !wt.settled.Load() {
+	if !wt.settled {
 		return
 	}
-	freed, free := wt.freed.Load(), wt.free.Load()
-	if freed&^free != 0 && bits.OnesCount64(freed|free) >= wt.need {
+	if wt.freed&^wt.free != 0 && bits.OnesCount64(wt.freed|wt.free) >= wt.need {
 		select {
 		case wt.wake <- struct{}{}:
 		default:

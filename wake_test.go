@@ -124,7 +124,10 @@ func TestWakeUpAnnouncementIsOnlyAHint(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if !realEventually(10*time.Second, func() bool { return ev.wokenLost.Load() == int64(i+1) }) {
+		// A wave may wake the waiter twice: an announcement of the wave
+		// before, arriving during the attempt it woke, counts with the
+		// first of this one.
+		if !realEventually(10*time.Second, func() bool { return ev.wokenLost.Load() >= int64(i+1) }) {
 			t.Fatalf("forged announcement %d: %d woken attempts failed, want %d", i+1, ev.wokenLost.Load(), i+1)
 		}
 		if acquired.Load() {
