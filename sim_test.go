@@ -833,6 +833,8 @@ func simSchedules(t *testing.T, fast int) (base uint64, n int) {
 // concurrent use.
 func forSchedules(t *testing.T, base uint64, n int, amnesia bool, check func(*testing.T, simConfig, simRun)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
+	rep := newSimProgress(t.Name(), n) // nil, silent, unless REDLOCK_SIM_SCHEDULES is set
+	defer rep.finish()
 	t.Run("schedules", func(t *testing.T) {
 		for w := range workers {
 			t.Run(fmt.Sprint("worker", w), func(t *testing.T) {
@@ -842,7 +844,9 @@ func forSchedules(t *testing.T, base uint64, n int, amnesia bool, check func(*te
 					if amnesia {
 						cfg.crashes = cfg.nodes * 3 // many restarts, so that a majority forgets
 					}
-					check(t, cfg, runSchedule(t, cfg))
+					run := runSchedule(t, cfg)
+					rep.schedule(len(run.violations))
+					check(t, cfg, run)
 				}
 			})
 		}
