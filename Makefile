@@ -80,3 +80,22 @@ SOAK_TIMEOUT ?= 3h
 
 soak: deps
 	REDLOCK_SOAK_DURATION=$${REDLOCK_SOAK_DURATION:-30m} $(GO) test -race -run 'TestSoak$$' -count=1 -timeout $(SOAK_TIMEOUT) -v .
+
+# The demo as a picture (README.md): redraws docs/demo-timeline.svg with the
+# command the README names, then opens it in a headless browser (Debian's
+# chromium, installed here if missing, never by make test) and fails unless
+# the screenshot shows the picture: not blank, and with the lock holds' blue.
+PICTURE ?= docs/demo-timeline.svg
+PICTURE_PNG ?= $(or $(TMPDIR),/tmp)/redlock-demo-timeline.png
+
+pictures:
+	$(GO) run ./cmd/redlock demo --svg $(PICTURE)
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "installing chromium"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; \
+	fi
+	rm -f $(PICTURE_PNG)
+	timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1100,440 \
+		--screenshot=$(PICTURE_PNG) file://$(CURDIR)/$(PICTURE) 2>/dev/null
+	$(GO) -C tools/benchplot run ./pngcheck -color '#3b6fc4' -min 500 $(PICTURE_PNG)
