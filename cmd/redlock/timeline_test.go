@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -218,5 +219,42 @@ func checkDemoPicture(t *testing.T, cfg demoConfig, sum demoSummary) {
 	}
 	if n := int64(len(byClass(es, "lost"))); n != sum.lost {
 		t.Errorf("%d lost marks, %d locks lost", n, sum.lost)
+	}
+}
+
+// --svg and --html write their files; the page holds the picture and the
+// text timeline, escaped.
+func TestWritePictures(t *testing.T) {
+	start := time.Now()
+	tl := newTimeline(start, 3, 2)
+	h := tl.enter("w2", 3, start.Add(time.Second), start.Add(2*time.Second))
+	tl.leave(h, start.Add(1500*time.Millisecond), start.Add(2*time.Second))
+	tl.finish(start.Add(4*time.Second), "done")
+	dir := t.TempDir()
+	svgName, htmlName := dir+"/t.svg", dir+"/t.html"
+	if err := writePictures(tl, svgName, htmlName, "a <b> line\n"); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(svgName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holds := byClass(parseSVG(t, string(svg)), "hold"); len(holds) != 1 || holds[0].attrs["data-token"] != "3" {
+		t.Errorf("holds in the SVG file: %v", holds)
+	}
+	page, err := os.ReadFile(htmlName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := string(page)
+	if !strings.HasPrefix(p, "<!DOCTYPE html>") || !strings.Contains(p, `<svg xmlns="http://www.w3.org/2000/svg"`) ||
+		!strings.Contains(p, `class="hold"`) || !strings.Contains(p, "<pre>a &lt;b&gt; line\n</pre>") {
+		t.Errorf("page:\n%s", p)
+	}
+	if err := writePictures(tl, dir+"/missing/t.svg", "", ""); err == nil {
+		t.Error("unwritable path: no error")
+	}
+	if err := writePictures(nil, "", "", ""); err != nil {
+		t.Errorf("nothing asked: %v", err)
 	}
 }
