@@ -1,5 +1,7 @@
 # make test: the whole suite, every module, installing what it needs first.
-# make bench: the benchmarks (see docs/benchmarks.md).
+# make bench: the benchmarks (see docs/benchmarks.md), their tables and plots.
+# make plots: redraws docs/benchmarks/*.svg from the committed results.
+# make pictures: redraws docs/demo-timeline.svg and checks it in a headless browser.
 # make sim: the full deterministic simulation, 100,000 schedules (docs/fencing.md).
 # make soak: random faults on Redis nodes in Docker for 30 minutes, watching for leaks (docs/chaos.md).
 
@@ -12,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Chaos and integration tests fail, rather than skip, without a Docker engine.
 export REDLOCK_REQUIRE_DOCKER ?= 1
 
-.PHONY: test deps fmt vet bench sim soak
+.PHONY: test deps fmt vet bench plots sim soak pictures
 
 # Every module: the root, then each folder with a go.mod of its own (the
 # driver adapters, bench/...), found rather than listed.
@@ -57,6 +59,17 @@ bench: deps
 	cd bench && $(GO) test -count 1 -v -run TestRedsyncFrozenNodeWithoutReadTimeout .
 	$(BENCHSTAT) -col /impl root.bench.txt
 	$(BENCHSTAT) -col /impl peer.bench.txt
+	$(BENCHPLOT) -peer $(CURDIR)/peer.bench.txt -waits $(CURDIR)/$(WAITS_CSV) \
+		-note "make bench at $$(git rev-parse --short HEAD 2>/dev/null), $$(date -u +%F)" -out $(CURDIR)/docs/benchmarks
+
+# The plots of the results committed in docs/benchmarks/ (tools/benchplot, a
+# module of its own, so that the root go.mod does not grow by gonum/plot).
+BENCHPLOT ?= $(GO) -C tools/benchplot run .
+WAITS_CSV ?= docs/benchmarks/contention-waits.csv
+
+plots:
+	$(BENCHPLOT) -peer $(CURDIR)/docs/benchmarks/peer.txt -adapters $(CURDIR)/docs/benchmarks/adapters.txt \
+		-waits $(CURDIR)/$(WAITS_CSV) -out $(CURDIR)/docs/benchmarks
 
 sim:
 	REDLOCK_SIM_SCHEDULES=$${REDLOCK_SIM_SCHEDULES:-100000} $(GO) test -run 'TestSimulation$$' -count=1 -timeout 180m -v .
@@ -67,3 +80,22 @@ SOAK_TIMEOUT ?= 3h
 
 soak: deps
 	REDLOCK_SOAK_DURATION=$${REDLOCK_SOAK_DURATION:-30m} $(GO) test -race -run 'TestSoak$$' -count=1 -timeout $(SOAK_TIMEOUT) -v .
+
+# The demo as a picture (README.md): redraws docs/demo-timeline.svg with the
+# command the README names, then opens it in a headless browser (Debian's
+# chromium, installed here if missing, never by make test) and fails unless
+# the screenshot shows the picture: not blank, and with the lock holds' blue.
+PICTURE ?= docs/demo-timeline.svg
+PICTURE_PNG ?= $(or $(TMPDIR),/tmp)/redlock-demo-timeline.png
+
+pictures:
+	$(GO) run ./cmd/redlock demo --svg $(PICTURE)
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "installing chromium"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; \
+	fi
+	rm -f $(PICTURE_PNG)
+	timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1100,440 \
+		--screenshot=$(PICTURE_PNG) file://$(CURDIR)/$(PICTURE) 2>/dev/null
+	$(GO) -C tools/benchplot run ./pngcheck -color '#3b6fc4' -min 500 $(PICTURE_PNG)

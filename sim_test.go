@@ -863,6 +863,8 @@ func forSchedules(t *testing.T, base uint64, n int, amnesia bool, check func(*te
 // schedule's configuration.
 func forSchedulesWith(t *testing.T, base uint64, n int, amnesia bool, tweak func(*simConfig), check func(*testing.T, simConfig, simRun)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
+	rep := newSimProgress(t.Name(), n) // nil, silent, unless REDLOCK_SIM_SCHEDULES is set
+	defer rep.finish()
 	t.Run("schedules", func(t *testing.T) {
 		for w := range workers {
 			t.Run(fmt.Sprint("worker", w), func(t *testing.T) {
@@ -875,7 +877,9 @@ func forSchedulesWith(t *testing.T, base uint64, n int, amnesia bool, tweak func
 					if tweak != nil {
 						tweak(&cfg)
 					}
-					check(t, cfg, runSchedule(t, cfg))
+					run := runSchedule(t, cfg)
+					rep.schedule(len(run.violations))
+					check(t, cfg, run)
 				}
 			})
 		}

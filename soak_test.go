@@ -121,9 +121,12 @@ func TestSoak(t *testing.T) {
 	var warm, last soakSample
 	var sum soakTotals
 	began := time.Now()
+	run.progress = newSoakProgress(total)
+	defer run.progress.finish()
 	for e := range epochs {
 		got := run.epoch(t, total/time.Duration(epochs), seed, e)
 		sum.add(got)
+		run.progress.epochDone(got)
 		limit := (*soakSample)(nil)
 		if e > 0 {
 			limit = &warm
@@ -174,6 +177,7 @@ type soakRun struct {
 	cluster                *redistest.Cluster
 	ttl                    time.Duration
 	lockBudget, callBudget time.Duration
+	progress               *soakProgress
 }
 
 // soakTotals is one epoch's outcome, or the run's.
@@ -226,9 +230,11 @@ func (r *soakRun) epoch(t *testing.T, d time.Duration, seed uint64, e int) soakT
 		}
 	}()
 
+	stopProgress := r.progress.watch(loads, sched, check)
 	<-ctx.Done()
 	<-schedDone // every node healed
 	wg.Wait()
+	stopProgress()
 
 	out := soakTotals{episodes: sched.episodes.Load(), faults: sched.counts(), violations: check.finish(),
 		checker: check.summary(), harness: harness}

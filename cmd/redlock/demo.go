@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	mathrand "math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,8 @@ incrementing a guarded counter under one Redlock lock, through Client.Do.
 Worker w1 sometimes freezes, like a process in a long GC pause, and writes
 after waking. A fault script kills nodes one by one until the quorum is lost,
 then restores them. Exits 1 if the checker saw two valid holders at once.
+--svg draws the run: a lane per node, shaded while down, and a lane per
+worker with its holds, fencing tokens, writes and freezes.
 
 Flags:
 `
@@ -35,6 +38,7 @@ type demoConfig struct {
 	nodes, workers int
 	duration, ttl  time.Duration
 	tick           time.Duration
+	record         bool // keep a timeline of the run, for --svg and --html
 }
 
 func demoMain(args []string, stdout, stderr io.Writer) int {
@@ -49,6 +53,8 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.workers, "workers", 4, "number of workers contending for the lock (2 to 16)")
 	fs.DurationVar(&cfg.duration, "duration", 15*time.Second, "how long the demo runs; the fault script scales with it")
 	fs.DurationVar(&cfg.ttl, "ttl", time.Second, "lock ttl")
+	svgOut := fs.String("svg", "", "also draw the run as an SVG picture into this `file`")
+	htmlOut := fs.String("html", "", "also write an HTML page with the picture and the text timeline into this `file`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -59,8 +65,18 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
 		return exitUsage
 	}
-	sum, err := runDemo(context.Background(), cfg, stdout)
+	cfg.record = *svgOut != "" || *htmlOut != ""
+	var text strings.Builder
+	out := stdout
+	if *htmlOut != "" {
+		out = io.MultiWriter(stdout, &text)
+	}
+	sum, err := runDemo(context.Background(), cfg, out)
 	if err != nil {
+		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
+		return 1
+	}
+	if err := writePictures(sum.timeline, *svgOut, *htmlOut, text.String()); err != nil {
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
 		return 1
 	}
@@ -113,6 +129,7 @@ func (c demoConfig) script() demoScript {
 type demoSummary struct {
 	acquisitions, writes, stale, lost, violations int64
 	counter                                       int64
+	timeline                                      *timeline // with demoConfig.record
 }
 
 func (s demoSummary) String() string {
@@ -125,6 +142,9 @@ func (s demoSummary) String() string {
 func runDemo(ctx context.Context, cfg demoConfig, out io.Writer) (demoSummary, error) {
 	start := time.Now()
 	p := &printer{out: out, start: start}
+	if cfg.record {
+		p.tl = newTimeline(start, cfg.nodes, cfg.workers)
+	}
 	cl, err := startCluster(cfg.nodes)
 	if err != nil {
 		return demoSummary{}, err
@@ -189,13 +209,15 @@ func runDemo(ctx context.Context, cfg demoConfig, out io.Writer) (demoSummary, e
 	writes, stale, violations := guard.counts()
 	sum := demoSummary{
 		acquisitions: acquisitions.Load(), writes: writes, stale: stale,
-		lost: lost.Load(), violations: violations, counter: guard.value(),
+		lost: lost.Load(), violations: violations, counter: guard.value(), timeline: p.tl,
 	}
 	if sum.counter != sum.writes {
 		sum.violations++
 		p.say("VIOLATION: counter %d differs from accepted writes %d", sum.counter, sum.writes)
 	}
-	p.line("redlock demo: %v nodes=%d workers=%d duration=%v", sum, cfg.nodes, cfg.workers, time.Since(start).Round(100*time.Millisecond))
+	last := fmt.Sprintf("redlock demo: %v nodes=%d workers=%d duration=%v", sum, cfg.nodes, cfg.workers, time.Since(start).Round(100*time.Millisecond))
+	p.line("%s", last)
+	p.tl.finish(time.Now(), last)
 	return sum, nil
 }
 
@@ -226,6 +248,7 @@ func playScript(ctx context.Context, cfg demoConfig, cl *cluster, g *guard, p *p
 			}
 		}
 		cl.kill(i)
+		p.tl.nodeDown(i, time.Now())
 		up := cl.up()
 		if up >= q {
 			p.event("kill n%d: %d of %d up, quorum %d: locks still granted", i+1, up, cfg.nodes, q)
@@ -245,7 +268,10 @@ func playScript(ctx context.Context, cfg demoConfig, cl *cluster, g *guard, p *p
 		p.event("restore failed: %v", err)
 		return
 	}
-	p.event("restore n1-n%d, empty, after more than two ttls down: %d of %d up, locks granted again", len(s.kills), cl.up(), cfg.nodes)
+	for i := range s.kills {
+		p.tl.nodeUp(i, time.Now())
+	}
+	p.event("restore n1-n%d after more than two ttls down, their lock keys gone, fencing counters kept: %d of %d up, locks granted again", len(s.kills), cl.up(), cfg.nodes)
 }
 
 // A worker takes the lock through Do and increments the counter a few times
@@ -266,6 +292,8 @@ func (w *worker) loop(ctx context.Context, c *redlock.Client, ttl time.Duration,
 			l := redlock.HeldLock(ctx)
 			g.enter(w.name, l, p)
 			defer g.leave(l)
+			h := p.tl.enter(w.name, l.Token(), time.Now(), l.Until())
+			defer func() { p.tl.leave(h, time.Now(), l.Until()) }() // before Do releases: Until is zero after
 			if w.careless && holds%3 == 2 {
 				w.pause(ttl+ttl/2, p)
 			}
@@ -278,12 +306,13 @@ func (w *worker) loop(ctx context.Context, c *redlock.Client, ttl time.Duration,
 				// The work between deciding to write and writing: the window
 				// in which a lost lock turns a write stale.
 				time.Sleep(time.Duration(60+mathrand.IntN(60)) * time.Millisecond)
-				g.write(w.name, l, p)
+				p.tl.write(w.name, time.Now(), g.write(w.name, l, p))
 			}
 			return nil
 		})
 		if errors.Is(err, redlock.ErrLockLost) {
 			lost.Add(1)
+			p.tl.lost(w.name, time.Now())
 			p.event("%s lost the lock: %v", w.name, firstLine(err))
 		}
 		// Step back a moment, so that others get their turn.
@@ -294,8 +323,10 @@ func (w *worker) loop(ctx context.Context, c *redlock.Client, ttl time.Duration,
 func (w *worker) pause(d time.Duration, p *printer) {
 	p.event("%s freezes for %v while holding the lock (a GC pause, a stopped VM)", w.name, d)
 	w.frozen.Store(true)
+	from := time.Now()
 	time.Sleep(d)
 	w.frozen.Store(false)
+	p.tl.freeze(w.name, from, time.Now())
 	p.event("%s wakes up and carries on as if it still held the lock", w.name)
 }
 
@@ -412,6 +443,7 @@ type cluster struct {
 	nodes []*miniredis.Miniredis
 	addrs []string
 	down  []bool
+	fence []string // each killed node's fencing counter, which it keeps
 }
 
 func startCluster(n int) (*cluster, error) {
@@ -426,6 +458,7 @@ func startCluster(n int) (*cluster, error) {
 		cl.nodes = append(cl.nodes, m)
 		cl.addrs = append(cl.addrs, m.Addr())
 		cl.down = append(cl.down, false)
+		cl.fence = append(cl.fence, "")
 	}
 	return cl, nil
 }
@@ -440,7 +473,8 @@ func (cl *cluster) client(w *worker) (*redlock.Client, []*redlock.RedigoPool, er
 		ports = append(ports, freezable{p, w})
 	}
 	// A node timeout that an in-process node on a busy laptop meets.
-	c, err := redlock.New(ports, redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithTries(8))
+	// Fencing, for the tokens the picture shows on each hold.
+	c, err := redlock.New(ports, redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithTries(8), redlock.WithFencing())
 	if err != nil {
 		closePools(pools)
 		return nil, nil, err
@@ -473,6 +507,10 @@ func (f freezable) Exec(ctx context.Context, cmds []redlock.Command, replies []r
 func (cl *cluster) kill(i int) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	// Fencing tokens rest on nodes keeping their counters across a restart
+	// (docs/fencing.md), as persistence would; the lock keys are gone by the
+	// restore anyway, more than two ttls later.
+	cl.fence[i], _ = cl.nodes[i].Get(redlock.FenceKey(demoKey))
 	cl.nodes[i].Close()
 	cl.down[i] = true
 }
@@ -488,6 +526,12 @@ func (cl *cluster) restore() error {
 		m.ClockTTL(true)
 		if err := m.StartAddr(cl.addrs[i]); err != nil {
 			return fmt.Errorf("n%d on %s: %w", i+1, cl.addrs[i], err)
+		}
+		if cl.fence[i] != "" {
+			if err := m.Set(redlock.FenceKey(demoKey), cl.fence[i]); err != nil {
+				m.Close()
+				return fmt.Errorf("n%d: restoring its fencing counter: %w", i+1, err)
+			}
 		}
 		cl.nodes[i], cl.down[i] = m, false
 	}
@@ -529,10 +573,12 @@ func (cl *cluster) close() {
 }
 
 // A printer writes the timeline: status lines, and events marked with "**".
+// tl, if not nil, records the run for a picture.
 type printer struct {
 	mu    sync.Mutex
 	out   io.Writer
 	start time.Time
+	tl    *timeline
 }
 
 func (p *printer) line(format string, args ...any) {
@@ -545,4 +591,27 @@ func (p *printer) say(format string, args ...any) { p.line("# "+format, args...)
 
 func (p *printer) event(format string, args ...any) {
 	p.line("%6.1fs  ** %s", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// writePictures writes the recorded timeline as an SVG picture and as an
+// HTML page, for the names that are not "".
+func writePictures(tl *timeline, svgName, htmlName, text string) error {
+	write := func(name string, draw func(io.Writer) error) error {
+		if name == "" {
+			return nil
+		}
+		f, err := os.Create(name)
+		if err != nil {
+			return err
+		}
+		if err := draw(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	if err := write(svgName, tl.SVG); err != nil {
+		return err
+	}
+	return write(htmlName, func(w io.Writer) error { return tl.HTML(w, text) })
 }

@@ -10,7 +10,7 @@ import (
 )
 
 func TestDemo(t *testing.T) {
-	cfg := demoConfig{nodes: 5, workers: 3, duration: 6 * time.Second, ttl: 500 * time.Millisecond, tick: 250 * time.Millisecond}
+	cfg := demoConfig{nodes: 5, workers: 3, duration: 6 * time.Second, ttl: 500 * time.Millisecond, tick: 250 * time.Millisecond, record: true}
 	if err := cfg.check(); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +54,7 @@ func TestDemo(t *testing.T) {
 	if len(during) < 2 || during[0] != during[len(during)-1] {
 		t.Errorf("writes while the quorum was lost: %v\n%s", during, text)
 	}
+	checkDemoPicture(t, cfg, sum)
 }
 
 // fixedLease is a lock valid until a fixed instant.

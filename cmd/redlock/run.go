@@ -161,14 +161,23 @@ func runLocked(cfg *runConfig, stderr io.Writer) int {
 		defer timer.Stop()
 	}
 
+	// On a terminal, --wait shows for how long it has waited and on whom.
+	stopWaiting := func() {}
+	if cfg.wait > 0 {
+		stopWaiting = newWaitLine(stderr, cfg, pools).show(g.ctx)
+	}
+	defer stopWaiting()
+
 	var child *childResult
 	err = client.Do(g.ctx, cfg.key, cfg.ttl, func(ctx context.Context) error {
+		stopWaiting() // before CMD writes to the terminal
 		if !g.begin() {
 			return nil // aborted between acquiring and starting: nothing ran
 		}
 		child = runChild(ctx, cfg, g, logf)
 		return nil
 	})
+	stopWaiting()
 	switch {
 	case child == nil && g.aborted() == errWaitedOut:
 		logf("lock %q still held elsewhere after waiting %v", cfg.key, cfg.wait)
