@@ -334,10 +334,11 @@ func (n *node) raiseFence(ctx context.Context, deadline time.Time, a *cmdArgs, f
 var errFenceAhead = errors.New("redlock: fencing counter not below the token")
 
 // extend runs the extend script (step 5). It reports true if the key still
-// held the token and its ttl was reset.
-func (n *node) extend(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+// held the token and its ttl was reset, and gone if the node had no key at
+// all (it may have lost it in a restart: Lock.Extend re-seeds it).
+func (n *node) extend(ctx context.Context, deadline time.Time, a *cmdArgs) (ok, gone bool, err error) {
 	reply, err := n.eval(ctx, deadline, a.lane, &extendScript, a.key, a.token, a.ttl)
-	return reply == int64(1), err
+	return reply == int64(1), reply == int64(2), err
 }
 
 // release runs the release script (step 4 and Unlock). It reports true once

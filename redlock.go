@@ -752,7 +752,14 @@ func (l *Lock) expire() {
 // new deadline: the holder asked for no more than ttl from now. The error
 // also wraps ErrLockLost when the nodes' answers prove the lock gone: so
 // many of them found the key gone or another token's that fewer than a
-// majority can hold it. Extend takes at most one node timeout.
+// majority can hold it.
+//
+// A node that answers, before the majority is reached, that it has no key
+// at all (it restarted without its data, or evicted the key) is re-seeded
+// once the Extend has won: it gets the key back with the lock's own token,
+// by SET NX, and with fencing its counter is raised to the lock's token, so
+// that Held counts it again (docs/algorithm.md, "Re-seeding on Extend").
+// Extend takes at most one node timeout, or two when it re-seeds.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return errNilLock
@@ -787,20 +794,29 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 		return ErrExpired
 	}
 	until := validUntil(start, ttl, c.driftFactor)
-	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
+	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane, fenceKey: l.args.fenceKey}
 	if c.obs != nil {
 		args.masks.report = func() { c.reportSettled(ctx, l, OpExtend, id, &args.masks) }
 	}
+	rs := &reseeding{l: l, args: args, until: until}
 	won, t := c.fanout(ctx, round{
 		kind: OpExtend, key: l.key, id: id, masks: &args.masks,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.extend(ctx, deadline, args)
+			ok, gone, err := n.extend(ctx, deadline, args)
+			if gone {
+				rs.absent.Or(1 << n.index)
+			}
+			return ok, err
 		},
 		// A majority counts only while the old window is still open, too:
 		// once it has closed, the lock was unproven for a while, and
 		// Until must not move forward again.
 		valid: func() bool { now := c.clock.Now(); return now.Before(until) && now.Before(old) },
 	})
+
+	if won && c.clock.Now().Before(until) {
+		rs.won(ctx)
+	}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -832,6 +848,59 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 				ErrNotObtained, ErrLockLost, t.refused(), t.n), t.causes)
 		}
 		return t.err(ErrNotObtained)
+	}
+}
+
+// reseeding gives a key back to the nodes that lost it, during an Extend
+// that a majority granted (docs/algorithm.md, "Re-seeding on Extend"): a
+// node that restarted empty gets SET key token NX PX ttl, with the lock's
+// own token and the Extend's ttl, so that one restart does not leave the
+// lock standing on a bare majority until it ends. It runs only once the
+// Extend has won, while the lock is valid and before Extend returns: the
+// majority that held the key throughout proves that no one else can have
+// held it, and a SET NX on a node where the key is gone is then exactly an
+// acquisition's SET, which takes nothing from anyone. With fencing, the
+// node's counter is raised to the lock's token too (a max-register: never
+// lowered). Nodes that answer after the Extend returned wait for the next
+// one: a SET sent after Extend returned could land after an Unlock's
+// release and leave the key behind.
+type reseeding struct {
+	l      *Lock
+	args   *cmdArgs
+	until  time.Time     // the Extend's validity
+	absent atomic.Uint64 // nodes that answered that they have no key
+}
+
+// won re-seeds, in parallel and within one node timeout, the nodes that have
+// answered that they have no key, and waits for them.
+func (r *reseeding) won(ctx context.Context) {
+	absent := r.absent.Load()
+	c := r.l.client
+	if absent == 0 || r.l.letGone.Load() {
+		return
+	}
+	ctx = context.WithoutCancel(ctx) // bounded by deadline, like an undo
+	deadline := time.Now().Add(c.nodeTimeout)
+	var wg sync.WaitGroup
+	for _, n := range c.nodes {
+		if absent&(1<<n.index) != 0 && c.clock.Now().Before(r.until) {
+			wg.Go(func() { r.reseed(ctx, n, deadline) })
+		}
+	}
+	wg.Wait()
+}
+
+// reseed sends node n's re-seed.
+func (r *reseeding) reseed(ctx context.Context, n *node, deadline time.Time) {
+	ok, err := n.setNX(ctx, deadline, r.args)
+	if ok && err == nil && r.l.fence != 0 {
+		ok, err = n.raiseFence(ctx, deadline, r.args, r.l.fence)
+		if errors.Is(err, errFenceAhead) {
+			ok, err = true, nil // the key is ours; the counter is already past the token
+		}
+	}
+	if ok && err == nil {
+		r.args.masks.agreed.Or(1 << n.index) // Held and Margin count it
 	}
 }
 
