@@ -350,6 +350,7 @@ func (e *tokenError) Unwrap() []error { return []error{ErrNotObtained, e.err} }
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled.
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64) (*Lock, error) {
+	fencing := c.fencing || ctx.Value(fencedKey{}) != nil // an election's terms are fencing tokens
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
@@ -373,7 +374,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		return n.setNX(ctx, deadline, args)
 	}
 	highest := &l.highest // fencing: the highest counter among nodes that accepted
-	if c.fencing {
+	if fencing {
 		args.fenceKey = fenceKey(key)
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			counter, ok, err := n.setNXFenced(ctx, deadline, args)
@@ -385,7 +386,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
 	held := &args.masks                    // the round whose agreement makes the lock held
-	if c.fencing {
+	if fencing {
 		held = &l.fenced
 	}
 	if c.obs != nil {
@@ -397,11 +398,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		return nil, t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
-	if !c.fencing {
+	if !fencing {
 		args.masks.settle() // won
 	}
 
-	if c.fencing {
+	if fencing {
 		// Fencing, round 2: the token exceeds every counter the majority
 		// reported, and counts only once a majority stored it while still
 		// holding the key, within the same validity window.
