@@ -90,6 +90,11 @@ type Election struct {
 	interval time.Duration
 	err      error // a bad name or option, returned by every call
 
+	// readNeed is how many nodes must agree for a read to be believed; 0
+	// means the Client's majority. Only the simulation sets it, to show
+	// that its checker catches readers who believe a single node.
+	readNeed int
+
 	mu      sync.Mutex
 	current *Leadership
 }
@@ -203,19 +208,31 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 }
 
 // Resign gives up the leadership this Election holds: see Leadership.Resign.
-// It returns an error wrapping ErrNotLeader if it holds none.
+// It returns an error wrapping ErrNotLeader if it holds none, or has
+// already resigned and released it.
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.usable(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()
 	ld := e.current
-	e.current = nil
 	e.mu.Unlock()
 	if ld == nil {
 		return fmt.Errorf("%w: election %q: this Election holds no leadership", ErrNotLeader, e.name)
 	}
-	return ld.Resign(ctx)
+	err := ld.Resign(ctx)
+	e.mu.Lock()
+	if e.current == ld && ld.isReleased() {
+		e.current = nil
+	}
+	e.mu.Unlock()
+	return err
+}
+
+func (ld *Leadership) isReleased() bool {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return ld.released
 }
 
 // A Leader is who leads an election, as a majority of nodes sees it: the
@@ -250,7 +267,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 func (e *Election) read(ctx context.Context) (ld Leader, decided bool, err error) {
 	c := e.client
 	lane := laneOf(e.name)
-	s, ok, causes := agree(ctx, c, func(ctx context.Context, n *node, deadline time.Time) (sight, error) {
+	s, ok, causes := agree(ctx, c, e.readNeed, func(ctx context.Context, n *node, deadline time.Time) (sight, error) {
 		return n.readLeader(ctx, deadline, lane, e.name, e.record)
 	})
 	switch {
@@ -333,7 +350,8 @@ type Leadership struct {
 	published atomic.Bool // a majority stored the leader record
 
 	mu       sync.Mutex
-	resigned bool
+	resigned bool // Resign has begun: the leadership has ended
+	released bool // a Resign has released the lock, or found it lost
 }
 
 // errResigned is the cause of a resigned leadership's end.
@@ -460,9 +478,12 @@ var errNilLeadership = invalid("nil *Leadership: the Campaign that returned it f
 //     said so already); the release is still sent, to free the nodes that
 //     kept the key.
 //   - Lock.Unlock's error otherwise: ErrExpired if validity ran out just
-//     before Resign, ErrLockLost if the nodes show it was lost, or the nodes'
-//     failures if too few answered (the key then expires at its ttl).
-//   - an error wrapping ErrNotLeader if it was already resigned, and
+//     before Resign, ErrLockLost if the nodes show it was lost, or, if too
+//     few nodes answered, the nodes' failures (and ctx.Err() if ctx ended
+//     first). Only in that last case has the lock not been let go: Resign
+//     may be called again to retry the release, or the key expires at its
+//     ttl.
+//   - an error wrapping ErrNotLeader once a Resign has released it, and
 //     ErrInvalid for a nil context or the nil *Leadership; nothing is sent.
 //
 // Resign waits for an extension in flight, then releases: two node timeouts
@@ -475,19 +496,27 @@ func (ld *Leadership) Resign(ctx context.Context) error {
 		return invalid("nil context")
 	}
 	ld.mu.Lock()
-	if ld.resigned {
+	if ld.released {
 		ld.mu.Unlock()
 		return fmt.Errorf("%w: election %q: term %d was already resigned", ErrNotLeader, ld.election.name, ld.Term())
 	}
+	first := !ld.resigned
 	ld.resigned = true
 	ld.mu.Unlock()
 
-	ld.cancel(errResigned)
-	close(ld.stop)
+	if first {
+		ld.cancel(errResigned)
+		close(ld.stop)
+	}
 	<-ld.ended
 	err := ld.lock.Unlock(ctx)
 	if ld.lost != nil {
-		return ld.lost
+		err = ld.lost
+	}
+	if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrExpired) {
+		ld.mu.Lock()
+		ld.released = true
+		ld.mu.Unlock()
 	}
 	return err
 }
@@ -529,7 +558,8 @@ func replyText(v any) (string, bool) {
 }
 
 // agree sends op to every node at once and returns the answer that the
-// quorum of them gave, which it believes; no other answer counts.
+// quorum of them gave (need of them, if need > 0), which it believes; no
+// other answer counts.
 //
 //   - Each node has until the deadline, now plus the node timeout or ctx's
 //     deadline if sooner, as in fanout; one silent by then counts as failed
@@ -546,8 +576,12 @@ func replyText(v any) (string, bool) {
 //
 // Two answers that each have a majority would need a node that gave both, so
 // at most one answer can be believed.
-func agree[T comparable](ctx context.Context, c *Client, op func(ctx context.Context, n *node, deadline time.Time) (T, error)) (answer T, ok bool, causes []error) {
+func agree[T comparable](ctx context.Context, c *Client, need int, op func(ctx context.Context, n *node, deadline time.Time) (T, error)) (answer T, ok bool, causes []error) {
 	var zero T
+	quorum := c.quorum
+	if need > 0 {
+		quorum = need
+	}
 	if err := ctx.Err(); err != nil {
 		return zero, false, []error{err}
 	}
@@ -590,9 +624,9 @@ func agree[T comparable](ctx context.Context, c *Client, op func(ctx context.Con
 		}
 		counts[r.v]++
 		best = max(best, counts[r.v])
-		return counts[r.v] >= c.quorum
+		return counts[r.v] >= quorum
 	}
-	for pending > 0 && best+pending >= c.quorum {
+	for pending > 0 && best+pending >= quorum {
 		select {
 		case r := <-replies:
 			if count(r) {

@@ -590,3 +590,38 @@ func ExampleElection() {
 	// leader: host-a term 1
 	// true
 }
+
+// A Resign that reaches too few nodes may be retried; once one has released
+// the lock, another says ErrNotLeader.
+func TestElectionResignRetried(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t, redlock.WithNodeTimeout(100*time.Millisecond))
+	e := client.Election("svc", redlock.WithElectionTTL(time.Minute))
+	ld := mustCampaign(t, e, "a")
+	ctx := context.Background()
+	redlock.Settle(client)
+	c.pools[0].set(failing)
+	c.pools[1].set(failing)
+	err := e.Resign(ctx)
+	if err == nil || errors.Is(err, redlock.ErrNotLeader) || len(nodeErrors(err, nil)) != 2 {
+		t.Fatalf("Resign with 2 of 3 nodes down = %v; want the two node failures", err)
+	}
+	if !isClosed(ld.Done()) {
+		t.Fatal("Done not closed by a Resign that failed to release")
+	}
+	redlock.Settle(client)
+	if n := c.count("svc", ""); n != 1 {
+		t.Fatalf("key released on %d nodes, want 1", n)
+	}
+	c.pools[0].set(healthy)
+	c.pools[1].set(healthy)
+	if err := e.Resign(ctx); err != nil {
+		t.Fatalf("Resign again with the nodes back = %v", err)
+	}
+	if n := c.count("svc", ""); n != 3 {
+		t.Fatalf("key still on %d nodes after the second Resign", 3-n)
+	}
+	if err := ld.Resign(ctx); !errors.Is(err, redlock.ErrNotLeader) {
+		t.Fatalf("third Resign = %v, want ErrNotLeader", err)
+	}
+}
