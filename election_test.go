@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"testing"
 	"time"
 
@@ -618,10 +619,88 @@ func TestElectionResignRetried(t *testing.T) {
 	if err := e.Resign(ctx); err != nil {
 		t.Fatalf("Resign again with the nodes back = %v", err)
 	}
+	redlock.Settle(client)
 	if n := c.count("svc", ""); n != 3 {
 		t.Fatalf("key still on %d nodes after the second Resign", 3-n)
 	}
 	if err := ld.Resign(ctx); !errors.Is(err, redlock.ErrNotLeader) {
 		t.Fatalf("third Resign = %v, want ErrNotLeader", err)
+	}
+}
+
+// The leader record shares the name's Redis Cluster slot: a name with a
+// hash tag keeps it, one without becomes the tag.
+func TestElectionRecordKeySlot(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t)
+	for name, record := range map[string]string{
+		"{jobs}:leader": "redlock:leader:{jobs}:leader",
+		"svc":           "redlock:leader:{svc}",
+	} {
+		e := client.Election(name, redlock.WithElectionTTL(time.Minute))
+		if e.Name() != name {
+			t.Fatalf("Name() = %q, want %q", e.Name(), name)
+		}
+		ld := mustCampaign(t, e, "v")
+		redlock.Settle(client)
+		for i, m := range c.nodes {
+			if got := m.HGet(record, "value"); got != "v" {
+				t.Errorf("%s: node %d: record %q holds value %q, want v", name, i, record, got)
+			}
+		}
+		mustResign(t, ld)
+	}
+}
+
+// Leader returns when its context ends, with ctx.Err() reachable, even if
+// every node hangs for longer.
+func TestElectionLeaderContextEnds(t *testing.T) {
+	c := newCluster(t, 3)
+	e := c.client(t, redlock.WithNodeTimeout(5*time.Second)).Election("svc")
+	for _, p := range c.pools {
+		p.set(hanging)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var err error
+	d := realTimed(func() { _, err = e.Leader(ctx) })
+	if !errors.Is(err, redlock.ErrNoLeader) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Leader with hanging nodes = %v; want ErrNoLeader and DeadlineExceeded", err)
+	}
+	if d > time.Second {
+		t.Fatalf("Leader took %v after its 50ms context", d)
+	}
+	for _, p := range c.pools {
+		p.set(healthy)
+	}
+}
+
+// oddPool answers every command with a reply that no Redis sends for the
+// election's scripts.
+type oddPool struct {
+	id    int // pools that compare equal would be one master counted twice
+	reply any
+}
+
+func (p *oddPool) Exec(_ context.Context, _ []redlock.Command, replies []redlock.Reply) error {
+	for i := range replies {
+		replies[i] = redlock.Reply{Value: p.reply}
+	}
+	return nil
+}
+
+// A reply of the wrong shape fails the node: it is neither a leader nor none.
+func TestElectionLeaderOddReply(t *testing.T) {
+	for _, reply := range []any{int64(7), []any{"x", "v"}, []any{"0", "v"}, []any{int64(1), "v"}, []any{"1"}} {
+		pools := []redlock.Pool{&oddPool{0, reply}, &oddPool{1, reply}, &oddPool{2, reply}}
+		client, err := redlock.New(pools)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = client.Election("svc").Leader(context.Background())
+		// Two failed nodes of three leave no majority: Leader stops there.
+		if !errors.Is(err, redlock.ErrNoLeader) || len(nodeErrors(err, nil)) < 2 || !strings.Contains(err.Error(), "unexpected reply") {
+			t.Errorf("Leader with replies %#v = %v; want ErrNoLeader and the nodes failed", reply, err)
+		}
 	}
 }
