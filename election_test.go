@@ -704,3 +704,37 @@ func TestElectionLeaderOddReply(t *testing.T) {
 		}
 	}
 }
+
+// A leader that has lost its key never writes the record: its background
+// republish must not overwrite the next leader's.
+func TestElectionOnlyTheHolderPublishes(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	// The record key has the wrong type on two nodes, so that a's first
+	// publish fails and a keeps trying in the background.
+	for _, m := range c.nodes[:2] {
+		if err := m.Set(electRecordKey, "not a hash"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := mustCampaign(t, c.client(t).Election("svc", redlock.WithElectionTTL(time.Minute)), "a")
+	// a's key vanishes from every node (an operator's DEL, say); a does not
+	// know yet: its first extension is 20s away.
+	for _, m := range c.nodes {
+		m.Del("svc")
+		m.Del(electRecordKey)
+	}
+	bElection := c.client(t).Election("svc", redlock.WithElectionTTL(time.Minute))
+	b := mustCampaign(t, bElection, "b")
+	want := redlock.Leader{Value: "b", Term: b.Term()}
+	// a retries its publish every 1 to 5ms: over 100ms, b must stay visible.
+	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if got, err := bElection.Leader(ctx); err != nil || got != want {
+			t.Fatalf("Leader while the deposed a republishes = %+v, %v; want %+v", got, err, want)
+		}
+	}
+	mustResign(t, b)
+	if err := a.Resign(ctx); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("a's Resign = %v, want ErrLockLost: its key was gone", err)
+	}
+}
