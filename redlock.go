@@ -414,6 +414,7 @@ func (e *tokenError) Unwrap() []error { return []error{ErrNotObtained, e.err} }
 // rounds of docs/fencing.md when enabled. A failed attempt also returns the
 // nodes that agreed to its SET before it let them go (wake.go).
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, presumed uint64) (*Lock, uint64, error) {
+	fencing := c.fencing || ctx.Value(fencedKey{}) != nil // an election's terms are fencing tokens
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
@@ -437,7 +438,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		return n.setNX(ctx, deadline, args)
 	}
 	highest := &l.highest // fencing: the highest counter among nodes that accepted
-	if c.fencing {
+	if fencing {
 		args.fenceKey = fenceKey(key)
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			counter, ok, err := n.setNXFenced(ctx, deadline, args)
@@ -452,7 +453,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
 	held := &args.masks                    // the round whose agreement makes the lock held
-	if c.fencing {
+	if fencing {
 		held = &l.fenced
 	}
 	if c.obs != nil {
@@ -464,11 +465,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
-	if !c.fencing {
+	if !fencing {
 		args.masks.settle() // won
 	}
 
-	if c.fencing {
+	if fencing {
 		// Fencing, round 2: the token exceeds every counter the majority
 		// reported, and counts only once a majority stored it while still
 		// holding the key, within the same validity window.
