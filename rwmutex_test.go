@@ -413,7 +413,7 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 	}
 	const (
 		readers = 8
-		hold    = 5 * time.Millisecond
+		hold    = 20 * time.Millisecond
 		bound   = 3 * time.Second // generous: the readers drain within one hold
 	)
 	measure := func(rw *redlock.RWMutex) (time.Duration, error) {
