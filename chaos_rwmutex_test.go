@@ -157,8 +157,13 @@ func TestChaosRWMutex(t *testing.T) {
 		defer mu.Unlock()
 		unexpected = append(unexpected, fmt.Sprintf(format, args...))
 	}
+	longest := map[string]time.Duration{}
 	timed := func(name string, budget time.Duration, f func()) {
-		if d := realTimed(f); d > budget {
+		d := realTimed(f)
+		mu.Lock()
+		longest[name] = max(longest[name], d)
+		mu.Unlock()
+		if d > budget {
 			unexpectedf("%s took %v, more than its bound %v", name, d, budget)
 		}
 	}
@@ -219,8 +224,10 @@ func TestChaosRWMutex(t *testing.T) {
 	wg.Wait()
 
 	violations := check.finish()
-	t.Logf("seed %d: %d fault episodes (%s); %d failed locks, %d failed extends; checker: %s",
-		seed, sched.episodes.Load(), sched.counts(), lockFails.Load(), extendFail.Load(), check.summary())
+	t.Logf("seed %d: %d fault episodes (%s); %d failed locks, %d failed extends; longest Lock %v (bound %v), Extend %v, Unlock %v (bound %v); checker: %s",
+		seed, sched.episodes.Load(), sched.counts(), lockFails.Load(), extendFail.Load(),
+		longest["Lock"].Round(time.Millisecond), lockBudget, longest["Extend"].Round(time.Millisecond),
+		longest["Unlock"].Round(time.Millisecond), callBudget, check.summary())
 	if len(violations) > 0 {
 		t.Errorf("%d exclusion violations:\n%s", len(violations), chaosReport(violations))
 	}
