@@ -459,3 +459,46 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 	require.NoError(t, errWith, "with its intent mark the writer starved for %v", bound)
 	assert.Less(t, with, bound)
 }
+
+// Do and RDo hold the lock while fn runs, extending it, and cancel fn's
+// context with ErrLockLost once the nodes prove it gone, as Client.Do does.
+func TestRWMutexDoCancelsOnLoss(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t)
+	for _, write := range []bool{true, false} {
+		rw := client.RWMutex(fmt.Sprintf("do-%v", write))
+		w, r, _ := redlock.RWNames(rw.Key())
+		held := make(chan *redlock.Lock, 1)
+		fn := func(ctx context.Context) error {
+			held <- redlock.HeldLock(ctx)
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(10 * time.Second):
+				return errors.New("fn's context was not cancelled after the lock was lost")
+			}
+		}
+		errc := make(chan error, 1)
+		go func() {
+			if write {
+				errc <- rw.Do(context.Background(), 300*time.Millisecond, fn)
+			} else {
+				errc <- rw.RDo(context.Background(), 300*time.Millisecond, fn)
+			}
+		}()
+		l := <-held
+		require.NotNil(t, l, "write=%v: fn does not see its lock", write)
+		c.settle(t)
+		for _, m := range c.nodes { // the hold disappears from every node
+			if write {
+				m.Del(w)
+			} else {
+				_, err := m.ZRem(r, l.Value())
+				require.NoError(t, err)
+			}
+		}
+		err := <-errc
+		assert.ErrorIs(t, err, redlock.ErrLockLost, "write=%v", write)
+		assert.NotContains(t, err.Error(), "was not cancelled", "write=%v", write)
+	}
+}
