@@ -126,7 +126,9 @@ func (m *RWMutex) Key() string {
 // nodes that refused it, renewed by each attempt and lasting until shortly
 // after the next one, so that new readers are refused and those holding
 // drain: a stream of readers cannot starve it. It removes the mark when it
-// gives up. The mark never admits anyone, so it cannot break exclusion.
+// gives up, which takes at most one more node timeout, even if ctx has
+// ended. The mark never admits anyone, so it cannot break exclusion
+// (docs/rwlock.md).
 func (m *RWMutex) Lock(ctx context.Context, ttl time.Duration) (*Lock, error) {
 	if m == nil || m.client == nil {
 		return nil, errNilRWMutex
