@@ -459,9 +459,9 @@ func randomToken() (string, error) {
 
 // A Lock is a held lock: a key set to a token on a majority of nodes, or a
 // holder's part of an RWMutex (a writer's key, or a reader's place in the
-// readers set, on a majority). Its methods are safe for concurrent use. The nil *Lock that a failed Lock
-// returns holds nothing: Until is zero, Done is closed, and Extend and Unlock
-// return an error wrapping ErrInvalid. The lock is exclusive only until
+// readers set, on a majority). Its methods are safe for concurrent use. The
+// nil *Lock that a failed Lock returns holds nothing: Until is zero, Done is
+// closed, and Extend and Unlock return an error wrapping ErrInvalid. The lock is exclusive only until
 // Until; work that may outlast it must Extend first, and must stop if Extend
 // fails.
 type Lock struct {
