@@ -61,10 +61,16 @@ const extendEvery = 3
 // and Unlock leave in the background for slow nodes, each ending within a
 // node timeout or two.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error) (err error) {
+	return c.hold(ctx, key, ttl, func(ctx context.Context) (*Lock, error) { return c.Lock(ctx, key, ttl) }, fn)
+}
+
+// hold is Do with the acquisition as a parameter, so that other primitives
+// whose holders are Locks (RWMutex.Do and RDo) hold them the same way.
+func (c *Client) hold(ctx context.Context, key string, ttl time.Duration, acquire func(context.Context) (*Lock, error), fn func(ctx context.Context) error) (err error) {
 	if fn == nil {
 		return invalid("nil function")
 	}
-	l, err := c.Lock(ctx, key, ttl)
+	l, err := acquire(ctx)
 	if err != nil {
 		return err
 	}

@@ -541,10 +541,11 @@ func randomToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// A Lock is a held lock: a key set to a token on a majority of nodes.
-// Its methods are safe for concurrent use. The nil *Lock that a failed Lock
-// returns holds nothing: Until is zero, Done is closed, and Extend and Unlock
-// return an error wrapping ErrInvalid. The lock is exclusive only until
+// A Lock is a held lock: a key set to a token on a majority of nodes, or a
+// holder's part of an RWMutex (a writer's key, or a reader's place in the
+// readers set, on a majority). Its methods are safe for concurrent use. The
+// nil *Lock that a failed Lock returns holds nothing: Until is zero, Done is
+// closed, and Extend and Unlock return an error wrapping ErrInvalid. The lock is exclusive only until
 // Until; work that may outlast it must Extend first, and must stop if Extend
 // fails.
 type Lock struct {
@@ -554,6 +555,7 @@ type Lock struct {
 	fence   uint64     // fencing token; 0 without WithFencing
 	highest maxCounter // while acquiring with fencing: the highest counter read
 	args    cmdArgs    // key and token as command arguments (ttl: the first one's)
+	ops     *holdOps   // how Extend and Unlock act on a node; nil: on a key set to the token
 
 	mu       sync.Mutex
 	until    time.Time     // zero once Unlock has begun
@@ -803,7 +805,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	won, t := c.fanout(ctx, round{
 		kind: OpExtend, key: l.key, id: id, masks: &args.masks,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			ok, gone, err := n.extend(ctx, deadline, args)
+			ok, gone, err := l.extendOn(ctx, n, deadline, args)
 			if gone {
 				rs.absent.Or(1 << n.index)
 			}
@@ -974,7 +976,7 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 			// prove.
 			bit := uint64(1) << n.index
 			first := l.unsure.Load()&bit == 0
-			deleted, err := n.releaseOwned(ctx, deadline, &l.args)
+			deleted, err := l.releaseOn(ctx, n, deadline, &l.args)
 			switch {
 			case deleted:
 				l.deleted.Or(bit)
