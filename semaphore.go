@@ -105,7 +105,7 @@ func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) *Se
 // Quorum returns how many nodes must admit a permit: ⌊K·N/(K+1)⌋ + 1 for K
 // permits on N nodes, or 0 if the configuration is invalid.
 func (s *Semaphore) Quorum() int {
-	if s.err != nil {
+	if s == nil || s.err != nil {
 		return 0
 	}
 	return s.quorum
@@ -114,7 +114,7 @@ func (s *Semaphore) Quorum() int {
 // FaultTolerance returns how many nodes may fail while permits are still
 // granted: N − Quorum, or 0 if the configuration is invalid.
 func (s *Semaphore) FaultTolerance() int {
-	if s.err != nil {
+	if s == nil || s.err != nil {
 		return 0
 	}
 	return len(s.client.nodes) - s.quorum
@@ -131,6 +131,9 @@ func (s *Semaphore) FaultTolerance() int {
 // wrapping ErrInvalid and make no network call. Each attempt takes at most
 // one node timeout, or two when it fails and must be undone.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
+	if s == nil {
+		return nil, errNilSemaphore
+	}
 	return s.acquire(ctx, ttl, s.client.tries)
 }
 
@@ -142,7 +145,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 
 func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (*Permit, error) {
 	if s == nil {
-		return nil, invalid("nil *Semaphore")
+		return nil, errNilSemaphore
 	}
 	if s.err != nil {
 		return nil, s.err
@@ -232,6 +235,9 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, er
 // moment the permit can no longer be proven held. Every path is as for
 // Client.Do, with the permit in place of the lock.
 func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context) error) error {
+	if s == nil {
+		return errNilSemaphore
+	}
 	if fn == nil {
 		return invalid("nil function")
 	}
@@ -446,6 +452,9 @@ func (p *Permit) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// errNilSemaphore is what a nil *Semaphore's calls return.
+var errNilSemaphore = invalid("nil *Semaphore: make one with Client.Semaphore")
 
 // errNilPermit is what Extend and Release return on the nil *Permit of a
 // failed Acquire, instead of panicking.

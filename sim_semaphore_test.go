@@ -411,6 +411,9 @@ func TestSimulationSemaphore(t *testing.T) {
 			t.Fatalf("seed %d (%+v): %d violations, first: %s", cfg.seed, cfg, len(run.violations), run.violations[0])
 		}
 	})
+	if t.Failed() {
+		return
+	}
 	t.Logf("%d schedules (K=1: %d, K=2: %d, K=3: %d; %d on a clean network) in %v: %d calls, %d permits granted, %d schedules with all K permits valid at once, 0 violations",
 		n, byPermits[1], byPermits[2], byPermits[3], clean, time.Since(start).Round(time.Second), calls, grants, full)
 	if grants == 0 {
