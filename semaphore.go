@@ -207,7 +207,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, er
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			reply, err := n.evalMarking(ctx, deadline, args, &semAcquireScript, args.key, args.token, args.ttl, permits)
+			reply, err := p.admit(ctx, n, deadline, permits)
 			if err == nil && reply != int64(0) && reply != int64(1) {
 				// A reply no Redis sends fails the node, so that a lost
 				// round removes the token from it.
@@ -227,6 +227,28 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, er
 	args.masks.settle() // won
 	p.state.until = until
 	return p, nil
+}
+
+// admit sends the acquire script to n: by EVALSHA, and by EVAL if the node
+// has not cached it. It keeps the bookkeeping of round.overtaken exact: the
+// node's bit in unsent is cleared when the EVALSHA enters the pipe, set again
+// when NOSCRIPT means the script must be resent, and cleared when the EVAL
+// enters the pipe; and if the permit was let go before the resend, a
+// removal may have gone ahead of it, so the node counts as overtaken. (With
+// seq-cst atomics, either letGo reads the bit set again, or this reads
+// letGone set.) Unlike evalMarking, a node whose script ran before any
+// release is never undone on the strength of the fallback alone.
+func (p *Permit) admit(ctx context.Context, n *node, deadline time.Time, permits int64) (any, error) {
+	a, s, bit := &p.state.args, &semAcquireScript, uint64(1)<<n.index
+	reply, err := n.send(ctx, deadline, a.lane, &a.unsent, "EVALSHA", 2, s.keys, s.hashArg, s.keysArg, a.key, a.token, a.ttl, permits)
+	if replyCode(err) != "NOSCRIPT" {
+		return reply, err
+	}
+	a.unsent.Or(bit)
+	if p.state.letGone.Load() {
+		p.state.overtaken.Or(bit)
+	}
+	return n.send(ctx, deadline, a.lane, &a.unsent, "EVAL", 2, s.keys, s.srcArg, s.keysArg, a.key, a.token, a.ttl, permits)
 }
 
 // Do takes a permit for ttl as Acquire does, runs fn while holding it, and
@@ -380,8 +402,11 @@ func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
 
 // Release gives the permit back: it removes the permit's token on every
 // node that still holds it, and never touches another holder's. It returns
-// once N − q + 1 nodes removed it, so that fewer than a quorum can still
-// hold it; the rest are released in the background within one node timeout.
+// once a quorum of nodes removed it, as Unlock returns on a majority: the
+// permit is then free on as many nodes as an acquisition needs, so that the
+// caller's own next Acquire, whose commands queue behind these removals on
+// each node, can take it. The other nodes are released in the background
+// within one node timeout.
 //
 // From the moment Release begins, the permit no longer counts as held:
 // Until returns the zero Time and Done is closed, even if Release fails. On
@@ -415,7 +440,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	n := len(c.nodes)
 	won, t := c.fanout(ctx, round{
-		need: n - s.quorum + 1,
+		need: s.quorum,
 		kind: OpRelease, key: s.key,
 		// The evidence rule of Lock.unlock: a refusal proves a loss only if
 		// it came from the node's first removal, before validity ended.
@@ -442,9 +467,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	switch {
 	case expired:
 		return aggregate(ErrExpired, t.causes)
-	case gone > n-s.quorum:
-		// Unlike the mutex's, this can happen with a won release: N − q + 1
-		// removals and more than N − q proofs of absence fit in N nodes.
+	case !won && gone > n-s.quorum:
 		return aggregate(fmt.Errorf("%w: the permit's token was gone from %d of %d nodes at release, before its validity ended: it may not have been one of at most %d",
 			ErrLockLost, gone, n, s.permits), t.causes)
 	case !won:
