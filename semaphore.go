@@ -171,7 +171,9 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 		case ctx.Err() != nil || try == tries:
 			return nil, err
 		}
-		if hopeless, n := c.hopeless(err); hopeless {
+		// Hopeless once the nodes that refuse the command itself leave fewer
+		// than a quorum (c.hopeless counts them against the majority).
+		if _, n := c.hopeless(err); n > len(c.nodes)-s.quorum {
 			return nil, fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no quorum is possible)", err, n, len(c.nodes))
 		}
 		delay := c.retry.Delay(try)

@@ -601,3 +601,20 @@ func TestSemaphoreReleaseBeforeAdmissionIsSent(t *testing.T) {
 		assert.Empty(t, ms, "node %d", i)
 	}
 }
+
+// Acquire does not retry when so many nodes refuse the command itself that
+// no quorum is possible: for K=2 on N=5, two such nodes already leave only
+// three, fewer than the quorum of 4 (a majority would still be possible).
+func TestSemaphoreHopelessNotRetried(t *testing.T) {
+	c := newCluster(t, 5)
+	s := c.client(t, redlock.WithTries(50)).Semaphore("s", 2)
+	c.pools[0].set(errorReply)
+	c.pools[3].set(errorReply)
+	before := c.gets()
+	_, err := s.Acquire(context.Background(), time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Contains(t, err.Error(), "not retried")
+	// One attempt and its undo, each sent to 5 nodes and resent once after
+	// NOSCRIPT: at most 20 batches, where 50 attempts would send hundreds.
+	assert.LessOrEqual(t, c.gets()-before, 20)
+}
