@@ -49,7 +49,8 @@ func semQuorum(n, k int) int {
 // own beyond its configuration: it is safe for concurrent use, and any
 // number of Semaphore values for the same key and permits, in any process,
 // share the same permits. Every holder must use the same permit count for a
-// key; a holder that uses a larger one may exceed the smaller.
+// key; a holder that uses a larger one may exceed the smaller. The zero
+// Semaphore is not usable: its calls return an error wrapping ErrInvalid.
 type Semaphore struct {
 	client  *Client
 	key     string
@@ -114,7 +115,7 @@ func (s *Semaphore) Quorum() int {
 // FaultTolerance returns how many nodes may fail while permits are still
 // granted: N − Quorum, or 0 if the configuration is invalid.
 func (s *Semaphore) FaultTolerance() int {
-	if s == nil || s.err != nil {
+	if s == nil || s.client == nil || s.err != nil {
 		return 0
 	}
 	return len(s.client.nodes) - s.quorum
@@ -131,7 +132,7 @@ func (s *Semaphore) FaultTolerance() int {
 // wrapping ErrInvalid and make no network call. Each attempt takes at most
 // one node timeout, or two when it fails and must be undone.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
-	if s == nil {
+	if s == nil || s.client == nil {
 		return nil, errNilSemaphore
 	}
 	return s.acquire(ctx, ttl, s.client.tries)
@@ -144,7 +145,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 }
 
 func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (*Permit, error) {
-	if s == nil {
+	if s == nil || s.client == nil {
 		return nil, errNilSemaphore
 	}
 	if s.err != nil {
@@ -259,7 +260,7 @@ func (p *Permit) admit(ctx context.Context, n *node, deadline time.Time, permits
 // moment the permit can no longer be proven held. Every path is as for
 // Client.Do, with the permit in place of the lock.
 func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context) error) error {
-	if s == nil {
+	if s == nil || s.client == nil {
 		return errNilSemaphore
 	}
 	if fn == nil {
@@ -479,7 +480,7 @@ func (p *Permit) Release(ctx context.Context) error {
 }
 
 // errNilSemaphore is what a nil *Semaphore's calls return.
-var errNilSemaphore = invalid("nil *Semaphore: make one with Client.Semaphore")
+var errNilSemaphore = invalid("nil or zero *Semaphore: make one with Client.Semaphore")
 
 // errNilPermit is what Extend and Release return on the nil *Permit of a
 // failed Acquire, instead of panicking.

@@ -98,7 +98,8 @@ func TestSemaphoreInvalid(t *testing.T) {
 		{"nil context", client.Semaphore("s", 2), nil, time.Second, "nil context"},
 		{"zero ttl", client.Semaphore("s", 2), ctx, 0, "ttl"},
 		{"ttl within drift", client.Semaphore("s", 2), ctx, 2 * time.Millisecond, "drift"},
-		{"nil semaphore", nil, ctx, time.Second, "nil *Semaphore"},
+		{"nil semaphore", nil, ctx, time.Second, "nil or zero *Semaphore"},
+		{"zero semaphore", &redlock.Semaphore{}, ctx, time.Second, "nil or zero *Semaphore"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := c.gets()
