@@ -218,10 +218,12 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, er
 			}
 			return reply == int64(1), err
 		},
-		undo:      p.removeOp(nil),
-		valid:     func() bool { return c.clock.Now().Before(until) },
-		overtaken: &p.state, // a Release that overtakes an admission in flight undoes it
-		kind:      OpAcquire, key: s.key, masks: &args.masks,
+		undo:  p.removeOp(nil),
+		valid: func() bool { return c.clock.Now().Before(until) },
+		// A Release that overtakes an admission in flight undoes it.
+		overtaken: &p.state,
+		// Node events for an Observer; the semaphore reports no call events.
+		kind: OpAcquire, key: s.key, id: c.newID(), masks: &args.masks,
 	})
 	if !won {
 		return nil, t.err(ErrNotObtained)
@@ -367,7 +369,7 @@ func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
 	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
-		kind: OpExtend, key: s.key, masks: &args.masks,
+		kind: OpExtend, key: s.key, id: c.newID(), masks: &args.masks,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			reply, err := n.eval(ctx, deadline, args.lane, &semExtendScript, args.key, args.token, args.ttl)
 			return reply == int64(1), err
@@ -444,7 +446,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	n := len(c.nodes)
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
-		kind: OpRelease, key: s.key,
+		kind: OpRelease, key: s.key, id: c.newID(),
 		// The evidence rule of Lock.unlock: a refusal proves a loss only if
 		// it came from the node's first removal, before validity ended.
 		op: p.removeOp(func(nd *node, removed bool, err error) bool {

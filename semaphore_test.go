@@ -174,6 +174,7 @@ func TestSemaphoreAdmitsK(t *testing.T) {
 				p, err := s.TryAcquire(ctx, time.Minute)
 				require.NoError(t, err)
 				held = append(held, p)
+				c.settle(t) // the stragglers too, so that every node holds it
 			}
 			_, err := s.TryAcquire(ctx, time.Minute)
 			require.ErrorIs(t, err, redlock.ErrNotObtained)
@@ -411,8 +412,10 @@ func TestSemaphoreExpiredMembersRemoved(t *testing.T) {
 	ctx := context.Background()
 	a, err := s.TryAcquire(ctx, time.Second)
 	require.NoError(t, err)
+	c.settle(t)
 	b, err := s.TryAcquire(ctx, time.Second)
 	require.NoError(t, err)
+	c.settle(t)
 	_, err = s.TryAcquire(ctx, time.Second)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	c.settle(t)
@@ -618,4 +621,41 @@ func TestSemaphoreHopelessNotRetried(t *testing.T) {
 	// One attempt and its undo, each sent to 5 nodes and resent once after
 	// NOSCRIPT: at most 20 batches, where 50 attempts would send hundreds.
 	assert.LessOrEqual(t, c.gets()-before, 20)
+}
+
+// With an Observer, every node's answer to each of a permit's rounds is
+// reported, under one ID per round, with the semaphore's key and the
+// round's Op; the semaphore reports no call-level events.
+func TestSemaphoreObserverSeesNodes(t *testing.T) {
+	c := newCluster(t, 3)
+	rec := &recorder{}
+	s := c.client(t, redlock.WithObserver(rec)).Semaphore("obs", 1)
+	ctx := context.Background()
+	p, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	// Each round returns on a quorum; a straggler's first script on a node
+	// is resent after NOSCRIPT, and the next round's may overtake it. Let
+	// each round finish, so that every node agrees to every round.
+	c.settle(t)
+	require.NoError(t, p.Extend(ctx, time.Minute))
+	c.settle(t)
+	require.NoError(t, p.Release(ctx))
+	c.settle(t)
+	ids := map[redlock.Op]map[uint64]int{}
+	for _, e := range rec.kinds(redlock.EventNode) {
+		assert.Equal(t, "obs", e.Key)
+		assert.Equal(t, redlock.Agreed, e.Outcome, "node %d, op %v: %v", e.Node, e.Op, e.Err)
+		if ids[e.Op] == nil {
+			ids[e.Op] = map[uint64]int{}
+		}
+		ids[e.Op][e.ID]++
+	}
+	for _, op := range []redlock.Op{redlock.OpAcquire, redlock.OpExtend, redlock.OpRelease} {
+		require.Len(t, ids[op], 1, "one round of %v", op)
+		for id, n := range ids[op] {
+			assert.NotZero(t, id, "%v", op)
+			assert.Equal(t, 3, n, "every node's answer to %v", op)
+		}
+	}
+	assert.Empty(t, rec.kinds(redlock.EventAcquired))
 }
