@@ -257,7 +257,7 @@ func (p *Permit) admit(ctx context.Context, n *node, deadline time.Time, permits
 }
 
 // Do takes a permit for ttl as Acquire does, runs fn while holding it, and
-// releases it when fn returns. While fn runs, the permit is extended every
+// releases it when fn returns; fn finds the permit with HeldPermit. While fn runs, the permit is extended every
 // ttl/3, and fn's context is cancelled with a cause wrapping ErrLockLost the
 // moment the permit can no longer be proven held. Every path is as for
 // Client.Do, with the permit in place of the lock.
@@ -272,7 +272,18 @@ func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 	if err != nil {
 		return err
 	}
-	return s.client.hold(ctx, ctx, p, ttl, fn, p.Release, nil)
+	return s.client.hold(ctx, context.WithValue(ctx, heldPermitKey{}, p), p, ttl, fn, p.Release, nil)
+}
+
+type heldPermitKey struct{}
+
+// HeldPermit returns the permit that Semaphore.Do holds while it runs fn
+// with ctx, or nil if ctx does not come from Semaphore.Do. fn may read its
+// Until before a step that needs the bound; it must not Extend or Release
+// it, which Do does.
+func HeldPermit(ctx context.Context) *Permit {
+	p, _ := ctx.Value(heldPermitKey{}).(*Permit)
+	return p
 }
 
 // A Permit is one held permit of a Semaphore: its token admitted by a

@@ -518,7 +518,12 @@ func TestSemaphoreDoHolds(t *testing.T) {
 	s := c.client(t).Semaphore("s", 2)
 	const ttl = 150 * time.Millisecond
 	var during int
+	var held *redlock.Permit
 	err := s.Do(context.Background(), ttl, func(ctx context.Context) error {
+		held = redlock.HeldPermit(ctx)
+		if held == nil || !time.Now().Before(held.Until()) {
+			return errors.New("no valid permit in fn's context")
+		}
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -532,6 +537,8 @@ func TestSemaphoreDoHolds(t *testing.T) {
 	})
 	require.EqualError(t, err, "fn's own error")
 	assert.Equal(t, 5, during, "the permit's token was on every node while fn ran")
+	assert.True(t, held.Until().IsZero(), "released after Do")
+	assert.Nil(t, redlock.HeldPermit(context.Background()))
 	c.settle(t)
 	for i, ms := range c.members("s") {
 		assert.Empty(t, ms, "node %d after Do", i)
