@@ -257,10 +257,11 @@ func (p *Permit) admit(ctx context.Context, n *node, deadline time.Time, permits
 }
 
 // Do takes a permit for ttl as Acquire does, runs fn while holding it, and
-// releases it when fn returns; fn finds the permit with HeldPermit. While fn runs, the permit is extended every
-// ttl/3, and fn's context is cancelled with a cause wrapping ErrLockLost the
-// moment the permit can no longer be proven held. Every path is as for
-// Client.Do, with the permit in place of the lock.
+// releases it when fn returns; fn finds the permit with HeldPermit. While
+// fn runs, the permit is extended every ttl/3, and fn's context is
+// cancelled with a cause wrapping ErrLockLost the moment the permit can no
+// longer be proven held. Every path is as for Client.Do, with the permit in
+// place of the lock.
 func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context) error) error {
 	if s == nil || s.client == nil {
 		return errNilSemaphore
