@@ -103,7 +103,7 @@ type Election struct {
 // network call; a bad name or option is reported, wrapping ErrInvalid, by
 // every call of the Election.
 func (c *Client) Election(name string, opts ...ElectionOption) *Election {
-	e := &Election{client: c, name: name, record: leaderKey(name), ttl: DefaultElectionTTL, interval: DefaultObserveInterval}
+	e := &Election{client: c, name: name, ttl: DefaultElectionTTL, interval: DefaultObserveInterval}
 	for _, opt := range opts {
 		if opt == nil {
 			e.err = invalid("nil election option")
@@ -122,6 +122,9 @@ func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 		e.err = invalid("observe interval %v must be positive", e.interval)
 	}
 	e.ttl = truncateTTL(e.ttl)
+	if c != nil {
+		e.record = leaderKey(c.keyPrefix + name)
+	}
 	return e
 }
 
@@ -266,9 +269,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // agreed, on a leader or on none (then err wraps ErrNoLeader too).
 func (e *Election) read(ctx context.Context) (ld Leader, decided bool, err error) {
 	c := e.client
-	lane := laneOf(e.name)
+	lane := laneOf(c.keyPrefix + e.name)
 	s, ok, causes := agree(ctx, c, e.readNeed, func(ctx context.Context, n *node, deadline time.Time) (sight, error) {
-		return n.readLeader(ctx, deadline, lane, e.name, e.record)
+		return n.readLeader(ctx, deadline, lane, c.keyPrefix+e.name, e.record)
 	})
 	switch {
 	case !ok:
@@ -390,7 +393,7 @@ func (ld *Leadership) run() {
 func (ld *Leadership) publish(ctx context.Context) bool {
 	c, l := ld.election.client, ld.lock
 	token, term, value := any(l.token), any(int64(l.fence)), any(ld.value)
-	key, record := any(l.key), any(ld.election.record)
+	key, record := l.args.key, any(ld.election.record) // the key on the nodes, with the prefix
 	won, _ := c.fanout(ctx, round{
 		key: l.key,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {

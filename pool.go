@@ -233,11 +233,14 @@ func FenceKey(key string) string { return fenceKey(key) }
 // the whole key, which the counter takes as its tag: "redlock:fence:{key}".
 // A key without a tag that contains '}' cannot be a tag; it keeps the plain
 // prefix, which works on standalone masters only (docs/drivers.md).
-func fenceKey(key string) string {
+func fenceKey(key string) string { return fenceKeyWith(DefaultFencePrefix, key) }
+
+// fenceKeyWith is fenceKey with the prefix of WithFencePrefix.
+func fenceKeyWith(prefix, key string) string {
 	if hasHashTag(key) || strings.IndexByte(key, '}') >= 0 {
-		return "redlock:fence:" + key
+		return prefix + key
 	}
-	return "redlock:fence:{" + key + "}"
+	return prefix + "{" + key + "}"
 }
 
 // hasHashTag reports whether Redis Cluster would hash key by a tag: a '{'

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/bits"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,9 @@ type Client struct {
 	obs                Observer      // nil: no events are built
 	obsSet             bool          // WithObserver was given, so obs must not be nil
 	ids                atomic.Uint64 // the last call ID given out, for events
+
+	keyPrefix   string // WithKeyPrefix: before every key on the nodes
+	fencePrefix string // WithFencePrefix: the fencing counters' names (fenceKey)
 
 	wakeOff bool   // WithWakeUp(false)
 	wake    *waker // delivers release announcements; nil if off or no node is a Subscriber
@@ -129,6 +133,39 @@ func WithTokenFunc(f func() (string, error)) Option {
 	return func(c *Client) { c.newToken = f }
 }
 
+// WithKeyPrefix puts prefix before every key this Client keeps on the
+// nodes: lock keys, and the names derived from them (fencing counters, the
+// keys of RWMutex, Semaphore and Election), and before ReleaseChannel. Keys
+// given to the API, and reported by Lock.Key and to an Observer, stay
+// without it. Clients that share locks must use the same prefix. A prefix
+// with a hash tag ("{app}:") puts all of the Client's keys in one Redis
+// Cluster slot. The default is none.
+func WithKeyPrefix(prefix string) Option {
+	return func(c *Client) { c.keyPrefix = prefix }
+}
+
+// DefaultFencePrefix begins the name of every fencing counter; see
+// WithFencePrefix.
+const DefaultFencePrefix = "redlock:fence:"
+
+// WithFencePrefix places the fencing counters (WithFencing): the counter of
+// lock key k is prefix + "{k}", or prefix + k when k has a hash tag of its
+// own, so that it shares k's Redis Cluster slot (Client.FenceKey). The
+// default is DefaultFencePrefix. The prefix must be non-empty and contain no
+// brace. Counters never expire (docs/fencing.md says what they cost and how
+// to remove those of retired keys); changing the prefix starts every
+// counter again from zero, which breaks the order of tokens across the
+// change.
+func WithFencePrefix(prefix string) Option {
+	return func(c *Client) { c.fencePrefix = prefix }
+}
+
+// FenceKey returns the name of the fencing counter this Client keeps on
+// every node for the lock key, with its key and fence prefixes.
+func (c *Client) FenceKey(key string) string {
+	return fenceKeyWith(c.fencePrefix, c.keyPrefix+key)
+}
+
 // WithFencing makes every acquisition also issue a fencing token
 // (Lock.Token): a number that grows with each lock granted on the key, across
 // the whole quorum, so that a storage system can reject writes from a holder
@@ -162,6 +199,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		nodeTimeout: DefaultNodeTimeout,
 		clock:       systemClock{},
 		newToken:    randomToken,
+		fencePrefix: DefaultFencePrefix,
 	}
 	for i, p := range pools {
 		if isNil(p) {
@@ -210,13 +248,18 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		return nil, invalid("nil observer")
 	case c.retrySet && isNil(c.retry):
 		return nil, invalid("nil retry strategy")
+	case c.fencePrefix == "":
+		// "" + "{key}" would be the lock key itself for a key with a tag.
+		return nil, invalid("empty fence prefix")
+	case strings.ContainsAny(c.fencePrefix, "{}"):
+		return nil, invalid("fence prefix %q must not contain '{' or '}': the counter takes the lock key's hash slot", c.fencePrefix)
 	}
 	if c.retry == nil {
 		c.retry = jitterRetry{c.retryMin, c.retryMax}
 	}
 	c.channel = ""
 	if !c.wakeOff {
-		channel := ReleaseChannel
+		channel := c.keyPrefix + ReleaseChannel
 		c.channel = channel
 		for _, n := range c.nodes {
 			if _, ok := n.pool.(Subscriber); ok {
@@ -425,7 +468,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 
 	// The Lock holds the command arguments, so that they are made once, in
 	// the same allocation; it is dropped if the attempt fails.
-	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(key, token, ttl, c.channel)}
+	nodeKey := c.keyPrefix + key
+	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(nodeKey, token, ttl, c.channel)}
 	args := &l.args
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
@@ -439,7 +483,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	}
 	highest := &l.highest // fencing: the highest counter among nodes that accepted
 	if fencing {
-		args.fenceKey = fenceKey(key)
+		args.fenceKey = fenceKeyWith(c.fencePrefix, nodeKey)
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			counter, ok, err := n.setNXFenced(ctx, deadline, args)
 			if ok {

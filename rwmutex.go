@@ -78,7 +78,10 @@ type RWMutex struct {
 // the nodes are named by RWNames and never clash with a mutex on the same
 // key.
 func (c *Client) RWMutex(key string) *RWMutex {
-	w, r, i := rwNames(key)
+	var w, r, i string
+	if c != nil {
+		w, r, i = rwNames(c.keyPrefix + key)
+	}
 	return &RWMutex{client: c, key: key, writer: w, readers: r, intent: i}
 }
 

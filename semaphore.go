@@ -202,7 +202,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, er
 	if err != nil {
 		return nil, &tokenError{err}
 	}
-	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, args: newCmdArgs(s.key, token, ttl, "")}}
+	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, args: newCmdArgs(c.keyPrefix+s.key, token, ttl, "")}}
 	args, permits := &p.state.args, int64(s.permits)
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
