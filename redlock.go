@@ -306,7 +306,9 @@ func isNil(v any) bool {
 //
 // Each attempt takes at most one node timeout, or two when it fails and must
 // release the nodes that may hold the key; with WithFencing, one more for
-// the second round.
+// the second round. Lock takes at most its pauses plus 2×tries−1 attempts:
+// the timed ones, and in each pause at most one woken attempt that runs past
+// the pause's end.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, key, ttl, c.tries)
 }
