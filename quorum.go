@@ -236,6 +236,11 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 				began = time.Now()
 			}
 			yes, err := r.op(opCtx, nd, deadline)
+			// Whether a release may have gone ahead of the op is judged as
+			// it returns: a resend after NOSCRIPT that returned before the
+			// lock was let go landed before any release was sent, even if
+			// this goroutine reaches the verdict only after Unlock began.
+			overtaken := r.overtaken != nil && r.overtaken.overtakenAt(nd.index)
 			if r.masks != nil {
 				r.masks.answer(nd.index, yes)
 			}
@@ -260,7 +265,7 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 				} else { // the op returned after the undo's time: give it its own
 					c.undoLate(ctx, r, nd)
 				}
-			case !shared.lost && (yes || err != nil) && r.overtaken != nil && r.overtaken.overtakenAt(nd.index):
+			case !shared.lost && (yes || err != nil) && overtaken:
 				c.undoLate(ctx, r, nd)
 			}
 			undone <- struct{}{}
