@@ -29,7 +29,19 @@
 // holders of a key at once. Each node admits at most K holders, and a permit
 // needs ⌊K·N/(K+1)⌋+1 nodes, which for K > 1 is more than a majority: K+1
 // holders of that many nodes each would need more node slots than K·N. See
-// semaphore.go and docs/semaphore.md.
+// semaphore.go and docs/semaphore.md. Client.RWMutex is a read-write lock:
+// writers exclude everyone, readers only writers, on majorities, with a
+// writer-intent mark against writer starvation (docs/rwlock.md).
+// Client.Election elects a leader whose term is a fencing token from the
+// quorum's counters (docs/election.md).
+//
+// # Contention
+//
+// A Lock that finds its key held waits for its next timed attempt
+// (WithRetryStrategy), but a release wakes it at once: releases publish the
+// key on a pub/sub channel, and each Client keeps one subscription per node
+// for all its waiters (wake.go, WithWakeUp). An announcement only starts an
+// ordinary attempt; it never counts as a vote.
 //
 // # Drivers
 //
