@@ -25,12 +25,17 @@ import (
 type RedigoPool struct {
 	*redis.Pool
 	Addr string
+
+	// keepsDeadline: the pool was made by NewPool, whose dialling and
+	// reading follow ctx (HonorsDeadline).
+	keepsDeadline bool
 }
 
 var (
-	_ Pool       = (*RedigoPool)(nil)
-	_ Namer      = (*RedigoPool)(nil)
-	_ Subscriber = (*RedigoPool)(nil)
+	_ Pool            = (*RedigoPool)(nil)
+	_ Namer           = (*RedigoPool)(nil)
+	_ Subscriber      = (*RedigoPool)(nil)
+	_ DeadlineHonorer = (*RedigoPool)(nil)
 )
 
 // Production defaults for NewPool. They are a backstop for connections that
@@ -59,7 +64,7 @@ func NewPool(addr string, opts ...redis.DialOption) *RedigoPool {
 		redis.DialReadTimeout(poolIOTimeout),
 		redis.DialWriteTimeout(poolIOTimeout),
 	}, opts...)
-	return &RedigoPool{Addr: addr, Pool: &redis.Pool{
+	return &RedigoPool{Addr: addr, keepsDeadline: true, Pool: &redis.Pool{
 		MaxIdle:     poolMaxIdle,
 		IdleTimeout: poolIdleTimeout,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
@@ -78,6 +83,18 @@ func NewPool(addr string, opts ...redis.DialOption) *RedigoPool {
 		},
 	}}
 }
+
+// HonorsDeadline implements DeadlineHonorer. It reports true for a pool made
+// by NewPool: waiting for a connection and dialling one (with AUTH, CLIENT
+// SETNAME and SELECT) follow ctx, the PING on borrow and every read have a
+// deadline at ctx's, and a connection whose read timed out is discarded, so
+// the next batch starts on an empty one. Writes keep the connection's write
+// timeout (one second), but a write waits only while the kernel's send
+// buffer is full, which a batch of lock commands (a few hundred bytes per
+// caller) fills only with thousands of callers queued on one unreachable
+// master. A RedigoPool built around a program's own *redis.Pool reports
+// false: its Dial may ignore ctx.
+func (p *RedigoPool) HonorsDeadline() bool { return p.keepsDeadline }
 
 // Name returns Addr.
 func (p *RedigoPool) Name() string { return p.Addr }

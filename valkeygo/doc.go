@@ -107,6 +107,15 @@
 // it comes. ClientOption.ConnWriteTimeout (10 s by default) is how long
 // valkey-go waits on a silent connection before it closes it.
 //
+// The Pool does not implement redlock.DeadlineHonorer, and so a
+// redlock.Client of one such node still runs each operation on a goroutine
+// of its own, bounded by the core's timer. valkey-go keeps the deadline on the
+// socket and while a command is queued, but not everywhere: a command that
+// finds its connection being re-established by another command waits for
+// that dial without looking at its own context (mux.go in v1.0.79), for as
+// long as the other command's context and ClientOption.DialTimeout (5 s by
+// default) allow, and the application's commands share the client.
+//
 // # Subscribe
 //
 // Subscribe takes a dedicated connection from the client (Client.Dedicate),
