@@ -68,7 +68,17 @@ func NewPool(addr string, opts ...redis.DialOption) *RedigoPool {
 		MaxIdle:     poolMaxIdle,
 		IdleTimeout: poolIdleTimeout,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", addr, dialOpts...)
+			opts := dialOpts
+			if dl, ok := ctx.Deadline(); ok {
+				// redigo's TLS handshake does not look at ctx, only at its
+				// own timeout: end it at ctx's deadline too (HonorsDeadline).
+				left := time.Until(dl)
+				if left <= 0 {
+					return nil, context.DeadlineExceeded
+				}
+				opts = append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialTLSHandshakeTimeout(min(left, poolIOTimeout)))
+			}
+			return redis.DialContext(ctx, "tcp", addr, opts...)
 		},
 		TestOnBorrowContext: func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
 			if time.Since(lastUsed) < poolCheckIdle {
@@ -85,10 +95,10 @@ func NewPool(addr string, opts ...redis.DialOption) *RedigoPool {
 }
 
 // HonorsDeadline implements DeadlineHonorer. It reports true for a pool made
-// by NewPool: waiting for a connection and dialling one (with AUTH, CLIENT
-// SETNAME and SELECT) follow ctx, the PING on borrow and every read have a
-// deadline at ctx's, and a connection whose read timed out is discarded, so
-// the next batch starts on an empty one. Writes keep the connection's write
+// by NewPool: dialling (the TLS handshake, AUTH, CLIENT SETNAME and SELECT
+// included) follows ctx, the PING on borrow and every read have a deadline
+// at ctx's, and a connection whose read timed out is discarded, so that the
+// next batch starts on an empty one. Writes keep the connection's write
 // timeout (one second), but a write waits only while the kernel's send
 // buffer is full, which a batch of lock commands (a few hundred bytes per
 // caller) fills only with thousands of callers queued on one unreachable
