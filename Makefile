@@ -2,7 +2,7 @@
 # make bench: the benchmarks (see docs/benchmarks.md), their tables and plots.
 # make plots: redraws docs/benchmarks/*.svg from the committed results.
 # make pictures: redraws docs/demo-timeline.svg and checks it in a headless browser.
-# make sim: the full deterministic simulation, 100,000 schedules (docs/fencing.md).
+# make sim: the full deterministic simulations: the mutex's 100,000 schedules, each primitive's 20,000 (docs/fencing.md).
 # make soak: random faults on Redis nodes in Docker for 30 minutes, watching for leaks (docs/chaos.md).
 
 GO ?= go
@@ -71,8 +71,14 @@ plots:
 	$(BENCHPLOT) -peer $(CURDIR)/docs/benchmarks/peer.txt -adapters $(CURDIR)/docs/benchmarks/adapters.txt \
 		-waits $(CURDIR)/$(WAITS_CSV) -out $(CURDIR)/docs/benchmarks
 
+# The mutex's simulation, with wake-up and re-seeding (100,000 schedules),
+# then each primitive's (20,000 each): the semaphore, the RW lock and
+# election. SIM_PRIMITIVES sets the latter count.
+SIM_PRIMITIVES ?= 20000
+
 sim:
 	REDLOCK_SIM_SCHEDULES=$${REDLOCK_SIM_SCHEDULES:-100000} $(GO) test -run 'TestSimulation$$' -count=1 -timeout 180m -v .
+	REDLOCK_SIM_SCHEDULES=$(SIM_PRIMITIVES) $(GO) test -run 'TestSimulation(Semaphore|RWMutex|Election)$$' -count=1 -timeout 300m -v .
 
 # The soak test (soak_test.go): REDLOCK_SOAK_DURATION long, 30 minutes by
 # default; a longer one needs a SOAK_TIMEOUT of at least 10 minutes more.

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/quorumlock/redlock"
 )
 
 // A chaosChecker judges a run of lock cycles against the library's claim:
@@ -45,10 +43,17 @@ type chaosChecker struct {
 	violations []string
 }
 
+// chaosHeld is what the checker reads of a held lock: a *redlock.Lock, or
+// any primitive that holds one (a leadership, whose term is its token).
+type chaosHeld interface {
+	Until() time.Time
+	Token() uint64
+}
+
 // A chaosHold is one granted lock inside its critical section.
 type chaosHold struct {
 	worker  int
-	lock    *redlock.Lock
+	lock    chaosHeld
 	granted time.Time
 	fence   int64
 }
@@ -64,7 +69,7 @@ func newChaosChecker() *chaosChecker {
 
 // enter records that worker holds l from now on. Call it right after Lock
 // returns.
-func (c *chaosChecker) enter(worker int, l *redlock.Lock) *chaosHold {
+func (c *chaosChecker) enter(worker int, l chaosHeld) *chaosHold {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -49,7 +49,11 @@ func chaosLockBudget(tries int, fenced bool, nodeTimeout, retryMax time.Duration
 	if fenced {
 		rounds = 3
 	}
-	return time.Duration(tries*rounds)*nodeTimeout + time.Duration(tries-1)*retryMax + chaosSlack
+	// tries timed attempts, and in each of the tries−1 pauses at most one
+	// woken attempt that runs past the pause's end (docs/algorithm.md,
+	// "Time bounds of each call").
+	attempts := 2*tries - 1
+	return time.Duration(attempts*rounds)*nodeTimeout + time.Duration(tries-1)*retryMax + chaosSlack
 }
 
 // A chaosLoad is a set of workers contending for one key, each cycle being
@@ -624,9 +628,10 @@ func TestChaosRandomFaults(t *testing.T) {
 	// Fencing counters must survive restarts (docs/fencing.md): every node is
 	// durable here. TestChaosRestartDelayed covers nodes without persistence.
 	c := chaosStart(t, redistest.ClusterOptions{Durable: func(int) bool { return true }})
+	var wakes wakeEvents // wake-up on release is on, as by default
 	ld := &chaosLoad{
 		client: realClient(t, c.Addrs(), redlock.WithNodeTimeout(nodeTimeout), redlock.WithFencing(),
-			redlock.WithTries(tries), redlock.WithRetryDelay(2*time.Millisecond, retryMax)),
+			redlock.WithTries(tries), redlock.WithRetryDelay(2*time.Millisecond, retryMax), redlock.WithObserver(&wakes)),
 		key:        "chaos:random",
 		ttl:        ttl,
 		lockBudget: chaosLockBudget(tries, true, nodeTimeout, retryMax),
@@ -655,6 +660,10 @@ func TestChaosRandomFaults(t *testing.T) {
 
 	t.Logf("seed %d: %v, %d fault episodes, faults injected: %s", seed, elapsed.Round(time.Second),
 		sched.episodes.Load(), sched.counts())
+	t.Logf("wake-up: %d woken attempts, %d of them won, %d lost", wakes.woken.Load(), wakes.wokenWon.Load(), wakes.wokenLost.Load())
+	if wakes.wokenWon.Load() == 0 {
+		t.Errorf("no woken attempt won: wake-up on release went unexercised under faults")
+	}
 	ld.verdict(t)
 	if schedErr != nil {
 		t.Errorf("fault schedule: %v", schedErr)

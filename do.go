@@ -61,15 +61,41 @@ const extendEvery = 3
 // and Unlock leave in the background for slow nodes, each ending within a
 // node timeout or two.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error) (err error) {
+	return c.hold(ctx, key, ttl, func(ctx context.Context) (*Lock, error) { return c.Lock(ctx, key, ttl) }, fn)
+}
+
+// hold is Do with the acquisition as a parameter, so that other primitives
+// whose holders are Locks (RWMutex.Do and RDo) hold them the same way.
+func (c *Client) hold(ctx context.Context, key string, ttl time.Duration, acquire func(context.Context) (*Lock, error), fn func(ctx context.Context) error) (err error) {
 	if fn == nil {
 		return invalid("nil function")
 	}
-	l, err := c.Lock(ctx, key, ttl)
+	l, err := acquire(ctx)
 	if err != nil {
 		return err
 	}
+	var lost func(error)
+	if c.obs != nil {
+		lost = func(err error) {
+			c.obs.Observe(ctx, Event{Kind: EventLost, ID: l.id, Key: key, HeldFor: time.Since(l.granted), Err: err})
+		}
+	}
+	return c.holdLease(ctx, context.WithValue(ctx, heldKey{}, l), l, ttl, fn, l.Unlock, lost)
+}
 
-	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{}, l))
+// A lease is what holdLease keeps alive while fn runs: a *Lock, or a *Permit.
+type lease interface {
+	Until() time.Time
+	Done() <-chan struct{}
+	Extend(ctx context.Context, ttl time.Duration) error
+}
+
+// holdLease runs fn with a context derived from parent while keeping l,
+// which was acquired for ttl, as Do describes; then it releases l with
+// release. lost, if set, is told of a loss before fn returned.
+func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Duration, fn func(ctx context.Context) error,
+	release func(context.Context) error, lost func(error)) (err error) {
+	fnCtx, cancel := context.WithCancelCause(parent)
 	stop := make(chan struct{})
 	kept := make(chan loss, 1)
 	go func() { kept <- c.keep(l, ttl, stop, cancel) }()
@@ -86,20 +112,20 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 			cancel(lostCause("validity ran out before fn returned", nil))
 		}
 		close(stop)
-		lost := <-kept
+		ended := <-kept
 		switch {
-		case held && lost.expired:
+		case held && ended.expired:
 			// Validity ran out after fn returned, before stop was seen.
-			lost.err = nil
-		case !held && lost.err == nil:
-			lost.err = lostCause("validity ran out before fn returned", nil)
+			ended.err = nil
+		case !held && ended.err == nil:
+			ended.err = lostCause("validity ran out before fn returned", nil)
 		}
-		_ = l.Unlock(context.WithoutCancel(ctx)) // a failure reaches the Observer
-		if lost.err != nil {
-			if c.obs != nil {
-				c.obs.Observe(ctx, Event{Kind: EventLost, ID: l.id, Key: key, HeldFor: time.Since(l.granted), Err: lost.err})
+		_ = release(context.WithoutCancel(ctx)) // a failure reaches the Observer
+		if ended.err != nil {
+			if lost != nil {
+				lost(ended.err)
 			}
-			err = errors.Join(err, lost.err)
+			err = errors.Join(err, ended.err)
 		}
 	}()
 	return fn(fnCtx)
@@ -114,7 +140,7 @@ type loss struct {
 
 // keep extends l every ttl/3 until stop is closed or the lock is lost. On loss
 // it cancels fn's context with the cause and returns it.
-func (c *Client) keep(l *Lock, ttl time.Duration, stop <-chan struct{}, cancel context.CancelCauseFunc) loss {
+func (c *Client) keep(l lease, ttl time.Duration, stop <-chan struct{}, cancel context.CancelCauseFunc) loss {
 	timer := time.NewTimer(ttl / extendEvery)
 	defer timer.Stop()
 	var last error // the latest failed Extend, if none has succeeded since

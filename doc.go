@@ -23,6 +23,14 @@
 // redlock.go the API. docs/algorithm.md maps each step to its code and gives
 // the safety argument.
 //
+// # Other primitives
+//
+// Client.Semaphore is a counting semaphore on the same nodes: at most K
+// holders of a key at once. Each node admits at most K holders, and a permit
+// needs ⌊K·N/(K+1)⌋+1 nodes, which for K > 1 is more than a majority: K+1
+// holders of that many nodes each would need more node slots than K·N. See
+// semaphore.go and docs/semaphore.md.
+//
 // # Drivers
 //
 // A Pool is the port to one master: it sends a batch of commands and brings

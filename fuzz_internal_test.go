@@ -216,7 +216,7 @@ func FuzzNodeAgreement(f *testing.F) {
 
 			for name, op := range map[string]func() (bool, error){
 				"raiseFence": func() (bool, error) { return nd.raiseFence(ctx, deadline, &a, 7) },
-				"extend":     func() (bool, error) { return nd.extend(ctx, deadline, &a) },
+				"extend":     func() (bool, error) { ok, _, err := nd.extend(ctx, deadline, &a); return ok, err },
 			} {
 				yes, err := op()
 				ok := !failed && value == int64(1)

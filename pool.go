@@ -269,11 +269,14 @@ func FenceKey(key string) string { return fenceKey(key) }
 // the whole key, which the counter takes as its tag: "redlock:fence:{key}".
 // A key without a tag that contains '}' cannot be a tag; it keeps the plain
 // prefix, which works on standalone masters only (docs/drivers.md).
-func fenceKey(key string) string {
+func fenceKey(key string) string { return fenceKeyWith(DefaultFencePrefix, key) }
+
+// fenceKeyWith is fenceKey with the prefix of WithFencePrefix.
+func fenceKeyWith(prefix, key string) string {
 	if hasHashTag(key) || strings.IndexByte(key, '}') >= 0 {
-		return "redlock:fence:" + key
+		return prefix + key
 	}
-	return "redlock:fence:{" + key + "}"
+	return prefix + "{" + key + "}"
 }
 
 // hasHashTag reports whether Redis Cluster would hash key by a tag: a '{'
@@ -383,10 +386,11 @@ func (n *node) raiseFence(ctx context.Context, deadline time.Time, a *cmdArgs, f
 var errFenceAhead = errors.New("redlock: fencing counter not below the token")
 
 // extend runs the extend script (step 5). It reports true if the key still
-// held the token and its ttl was reset.
-func (n *node) extend(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+// held the token and its ttl was reset, and gone if the node had no key at
+// all (it may have lost it in a restart: Lock.Extend re-seeds it).
+func (n *node) extend(ctx context.Context, deadline time.Time, a *cmdArgs) (ok, gone bool, err error) {
 	reply, err := n.eval(ctx, deadline, a.lane, &extendScript, a.key, a.token, a.ttl)
-	return reply == int64(1), err
+	return reply == int64(1), reply == int64(2), err
 }
 
 // release runs the release script (step 4 and Unlock). It reports true once

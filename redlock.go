@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/bits"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,9 @@ type Client struct {
 	obs                Observer      // nil: no events are built
 	obsSet             bool          // WithObserver was given, so obs must not be nil
 	ids                atomic.Uint64 // the last call ID given out, for events
+
+	keyPrefix   string // WithKeyPrefix: before every key on the nodes
+	fencePrefix string // WithFencePrefix: the fencing counters' names (fenceKey)
 
 	wakeOff bool   // WithWakeUp(false)
 	wake    *waker // delivers release announcements; nil if off or no node is a Subscriber
@@ -129,6 +133,39 @@ func WithTokenFunc(f func() (string, error)) Option {
 	return func(c *Client) { c.newToken = f }
 }
 
+// WithKeyPrefix puts prefix before every key this Client keeps on the
+// nodes: lock keys, and the names derived from them (fencing counters, the
+// keys of RWMutex, Semaphore and Election), and before ReleaseChannel. Keys
+// given to the API, and reported by Lock.Key and to an Observer, stay
+// without it. Clients that share locks must use the same prefix. A prefix
+// with a hash tag ("{app}:") puts all of the Client's keys in one Redis
+// Cluster slot. The default is none.
+func WithKeyPrefix(prefix string) Option {
+	return func(c *Client) { c.keyPrefix = prefix }
+}
+
+// DefaultFencePrefix begins the name of every fencing counter; see
+// WithFencePrefix.
+const DefaultFencePrefix = "redlock:fence:"
+
+// WithFencePrefix places the fencing counters (WithFencing): the counter of
+// lock key k is prefix + "{k}", or prefix + k when k has a hash tag of its
+// own, so that it shares k's Redis Cluster slot (Client.FenceKey). The
+// default is DefaultFencePrefix. The prefix must be non-empty and contain no
+// brace. Counters never expire (docs/fencing.md says what they cost and how
+// to remove those of retired keys); changing the prefix starts every
+// counter again from zero, which breaks the order of tokens across the
+// change.
+func WithFencePrefix(prefix string) Option {
+	return func(c *Client) { c.fencePrefix = prefix }
+}
+
+// FenceKey returns the name of the fencing counter this Client keeps on
+// every node for the lock key, with its key and fence prefixes.
+func (c *Client) FenceKey(key string) string {
+	return fenceKeyWith(c.fencePrefix, c.keyPrefix+key)
+}
+
 // WithFencing makes every acquisition also issue a fencing token
 // (Lock.Token): a number that grows with each lock granted on the key, across
 // the whole quorum, so that a storage system can reject writes from a holder
@@ -162,6 +199,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		nodeTimeout: DefaultNodeTimeout,
 		clock:       systemClock{},
 		newToken:    randomToken,
+		fencePrefix: DefaultFencePrefix,
 	}
 	for i, p := range pools {
 		if isNil(p) {
@@ -210,13 +248,18 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		return nil, invalid("nil observer")
 	case c.retrySet && isNil(c.retry):
 		return nil, invalid("nil retry strategy")
+	case c.fencePrefix == "":
+		// "" + "{key}" would be the lock key itself for a key with a tag.
+		return nil, invalid("empty fence prefix")
+	case strings.ContainsAny(c.fencePrefix, "{}"):
+		return nil, invalid("fence prefix %q must not contain '{' or '}': the counter takes the lock key's hash slot", c.fencePrefix)
 	}
 	if c.retry == nil {
 		c.retry = jitterRetry{c.retryMin, c.retryMax}
 	}
 	c.channel = ""
 	if !c.wakeOff {
-		channel := ReleaseChannel
+		channel := c.keyPrefix + ReleaseChannel
 		c.channel = channel
 		for _, n := range c.nodes {
 			if _, ok := n.pool.(Subscriber); ok {
@@ -263,7 +306,9 @@ func isNil(v any) bool {
 //
 // Each attempt takes at most one node timeout, or two when it fails and must
 // release the nodes that may hold the key; with WithFencing, one more for
-// the second round.
+// the second round. Lock takes at most its pauses plus 2×tries−1 attempts:
+// the timed ones, and in each pause at most one woken attempt that runs past
+// the pause's end.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, key, ttl, c.tries)
 }
@@ -414,6 +459,7 @@ func (e *tokenError) Unwrap() []error { return []error{ErrNotObtained, e.err} }
 // rounds of docs/fencing.md when enabled. A failed attempt also returns the
 // nodes that agreed to its SET before it let them go (wake.go).
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, presumed uint64) (*Lock, uint64, error) {
+	fencing := c.fencing || ctx.Value(fencedKey{}) != nil // an election's terms are fencing tokens
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
@@ -424,7 +470,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 
 	// The Lock holds the command arguments, so that they are made once, in
 	// the same allocation; it is dropped if the attempt fails.
-	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(key, token, ttl, c.channel)}
+	nodeKey := c.keyPrefix + key
+	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(nodeKey, token, ttl, c.channel)}
 	args := &l.args
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
@@ -437,8 +484,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		return n.setNX(ctx, deadline, args)
 	}
 	highest := &l.highest // fencing: the highest counter among nodes that accepted
-	if c.fencing {
-		args.fenceKey = fenceKey(key)
+	if fencing {
+		args.fenceKey = fenceKeyWith(c.fencePrefix, nodeKey)
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			counter, ok, err := n.setNXFenced(ctx, deadline, args)
 			if ok {
@@ -452,7 +499,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
 	held := &args.masks                    // the round whose agreement makes the lock held
-	if c.fencing {
+	if fencing {
 		held = &l.fenced
 	}
 	if c.obs != nil {
@@ -464,11 +511,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
-	if !c.fencing {
+	if !fencing {
 		args.masks.settle() // won
 	}
 
-	if c.fencing {
+	if fencing {
 		// Fencing, round 2: the token exceeds every counter the majority
 		// reported, and counts only once a majority stored it while still
 		// holding the key, within the same validity window.
@@ -540,10 +587,11 @@ func randomToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// A Lock is a held lock: a key set to a token on a majority of nodes.
-// Its methods are safe for concurrent use. The nil *Lock that a failed Lock
-// returns holds nothing: Until is zero, Done is closed, and Extend and Unlock
-// return an error wrapping ErrInvalid. The lock is exclusive only until
+// A Lock is a held lock: a key set to a token on a majority of nodes, or a
+// holder's part of an RWMutex (a writer's key, or a reader's place in the
+// readers set, on a majority). Its methods are safe for concurrent use. The
+// nil *Lock that a failed Lock returns holds nothing: Until is zero, Done is
+// closed, and Extend and Unlock return an error wrapping ErrInvalid. The lock is exclusive only until
 // Until; work that may outlast it must Extend first, and must stop if Extend
 // fails.
 type Lock struct {
@@ -553,6 +601,7 @@ type Lock struct {
 	fence   uint64     // fencing token; 0 without WithFencing
 	highest maxCounter // while acquiring with fencing: the highest counter read
 	args    cmdArgs    // key and token as command arguments (ttl: the first one's)
+	ops     *holdOps   // how Extend and Unlock act on a node; nil: on a key set to the token
 
 	mu       sync.Mutex
 	until    time.Time     // zero once Unlock has begun
@@ -752,7 +801,14 @@ func (l *Lock) expire() {
 // new deadline: the holder asked for no more than ttl from now. The error
 // also wraps ErrLockLost when the nodes' answers prove the lock gone: so
 // many of them found the key gone or another token's that fewer than a
-// majority can hold it. Extend takes at most one node timeout.
+// majority can hold it.
+//
+// A node that answers, before the majority is reached, that it has no key
+// at all (it restarted without its data, or evicted the key) is re-seeded
+// once the Extend has won: it gets the key back with the lock's own token,
+// by SET NX, and with fencing its counter is raised to the lock's token, so
+// that Held counts it again (docs/algorithm.md, "Re-seeding on Extend").
+// Extend takes at most one node timeout, or two when it re-seeds.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return errNilLock
@@ -787,20 +843,29 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 		return ErrExpired
 	}
 	until := validUntil(start, ttl, c.driftFactor)
-	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
+	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane, fenceKey: l.args.fenceKey}
 	if c.obs != nil {
 		args.masks.report = func() { c.reportSettled(ctx, l, OpExtend, id, &args.masks) }
 	}
+	rs := &reseeding{l: l, args: args, until: until}
 	won, t := c.fanout(ctx, round{
 		kind: OpExtend, key: l.key, id: id, masks: &args.masks,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.extend(ctx, deadline, args)
+			ok, gone, err := l.extendOn(ctx, n, deadline, args)
+			if gone {
+				rs.absent.Or(1 << n.index)
+			}
+			return ok, err
 		},
 		// A majority counts only while the old window is still open, too:
 		// once it has closed, the lock was unproven for a while, and
 		// Until must not move forward again.
 		valid: func() bool { now := c.clock.Now(); return now.Before(until) && now.Before(old) },
 	})
+
+	if won && c.clock.Now().Before(until) {
+		rs.won(ctx)
+	}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -832,6 +897,59 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 				ErrNotObtained, ErrLockLost, t.refused(), t.n), t.causes)
 		}
 		return t.err(ErrNotObtained)
+	}
+}
+
+// reseeding gives a key back to the nodes that lost it, during an Extend
+// that a majority granted (docs/algorithm.md, "Re-seeding on Extend"): a
+// node that restarted empty gets SET key token NX PX ttl, with the lock's
+// own token and the Extend's ttl, so that one restart does not leave the
+// lock standing on a bare majority until it ends. It runs only once the
+// Extend has won, while the lock is valid and before Extend returns: the
+// majority that held the key throughout proves that no one else can have
+// held it, and a SET NX on a node where the key is gone is then exactly an
+// acquisition's SET, which takes nothing from anyone. With fencing, the
+// node's counter is raised to the lock's token too (a max-register: never
+// lowered). Nodes that answer after the Extend returned wait for the next
+// one: a SET sent after Extend returned could land after an Unlock's
+// release and leave the key behind.
+type reseeding struct {
+	l      *Lock
+	args   *cmdArgs
+	until  time.Time     // the Extend's validity
+	absent atomic.Uint64 // nodes that answered that they have no key
+}
+
+// won re-seeds, in parallel and within one node timeout, the nodes that have
+// answered that they have no key, and waits for them.
+func (r *reseeding) won(ctx context.Context) {
+	absent := r.absent.Load()
+	c := r.l.client
+	if absent == 0 || r.l.letGone.Load() {
+		return
+	}
+	ctx = context.WithoutCancel(ctx) // bounded by deadline, like an undo
+	deadline := time.Now().Add(c.nodeTimeout)
+	var wg sync.WaitGroup
+	for _, n := range c.nodes {
+		if absent&(1<<n.index) != 0 && c.clock.Now().Before(r.until) {
+			wg.Go(func() { r.reseed(ctx, n, deadline) })
+		}
+	}
+	wg.Wait()
+}
+
+// reseed sends node n's re-seed.
+func (r *reseeding) reseed(ctx context.Context, n *node, deadline time.Time) {
+	ok, err := n.setNX(ctx, deadline, r.args)
+	if ok && err == nil && r.l.fence != 0 {
+		ok, err = n.raiseFence(ctx, deadline, r.args, r.l.fence)
+		if errors.Is(err, errFenceAhead) {
+			ok, err = true, nil // the key is ours; the counter is already past the token
+		}
+	}
+	if ok && err == nil {
+		r.args.masks.agreed.Or(1 << n.index) // Held and Margin count it
 	}
 }
 
@@ -904,7 +1022,7 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 			// prove.
 			bit := uint64(1) << n.index
 			first := l.unsure.Load()&bit == 0
-			deleted, err := n.releaseOwned(ctx, deadline, &l.args)
+			deleted, err := l.releaseOn(ctx, n, deadline, &l.args)
 			switch {
 			case deleted:
 				l.deleted.Or(bit)

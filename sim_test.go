@@ -236,11 +236,15 @@ func (n *simNode) script(hash string, ka []any) (any, error) {
 		}
 		return int64(0), nil
 	case extendScript.hash:
-		if v, ok := n.get(key); ok && v == str(ka[1]) {
+		v, ok := n.get(key)
+		switch {
+		case ok && v == str(ka[1]):
 			if exp := n.now().Add(time.Duration(num(ka[2])) * time.Millisecond); exp.After(n.data[key].expires) {
 				n.setPX(key, v, num(ka[2])) // PEXPIRE ... GT: never shorter
 			}
 			return int64(1), nil
+		case !ok:
+			return int64(2), nil
 		}
 		return int64(0), nil
 	case acquireFencedScript.hash:

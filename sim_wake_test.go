@@ -28,6 +28,9 @@ func (s *simSub) end() { s.once.Do(func() { close(s.gone) }) }
 // announce sends key's release to the node's subscribers; n.mu is held.
 func (n *simNode) announce(key string) {
 	w := n.world
+	if w == nil {
+		return // a node outside any simulated network (the fuzz targets' memPool) has no subscribers
+	}
 	for _, s := range n.subs {
 		copies := 1
 		if w.float() < w.cfg.noticeDup {

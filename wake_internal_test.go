@@ -69,13 +69,12 @@ func TestStaggerDoublesOnSplitsAndNarrowsWithTheWait(t *testing.T) {
 	if got, want := staggerFor(rtt, 0, 100), rtt<<maxSplitShift; got != want {
 		t.Errorf("staggerFor(%v, 0, 100) = %v, want the cap %v", rtt, got, want)
 	}
-	// Who has waited 9 rtt draws from a tenth of the window; 99 rtt, a
-	// hundredth.
-	if got, want := staggerFor(rtt, 9*rtt, 0), rtt/10; got != want {
-		t.Errorf("staggerFor(%v, 9rtt, 0) = %v, want %v", rtt, got, want)
+	// Who has waited 16 rtt draws from half the window; 144 rtt, a tenth.
+	if got, want := staggerFor(rtt, ageScale*rtt, 0), rtt/2; got != want {
+		t.Errorf("staggerFor(%v, 16rtt, 0) = %v, want %v", rtt, got, want)
 	}
-	if got, want := staggerFor(rtt, 99*rtt, 1), 2*rtt/100; got != want {
-		t.Errorf("staggerFor(%v, 99rtt, 1) = %v, want %v", rtt, got, want)
+	if got, want := staggerFor(rtt, 9*ageScale*rtt, 1), 2*rtt/10; got != want {
+		t.Errorf("staggerFor(%v, 144rtt, 1) = %v, want %v", rtt, got, want)
 	}
 	if got := staggerFor(0, time.Second, 3); got != 0 {
 		t.Errorf("staggerFor(0, 1s, 3) = %v, want 0", got)

@@ -4,9 +4,14 @@
 -- counted on.
 -- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl in milliseconds.
 -- Returns 1 if the key holds the token (its ttl is now at least ARGV[2]),
--- 0 otherwise.
-if redis.call("GET", KEYS[1]) == ARGV[1] then
+-- 2 if the key does not exist (the node may have lost it: Extend may
+-- re-seed it), 0 if it holds another token.
+local v = redis.call("GET", KEYS[1])
+if v == ARGV[1] then
 	redis.call("PEXPIRE", KEYS[1], ARGV[2], "GT")
 	return 1
+end
+if not v then
+	return 2
 end
 return 0

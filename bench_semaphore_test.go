@@ -1,0 +1,86 @@
+package redlock_test
+
+// Benchmarks of the semaphore (docs/semaphore.md) against the mutex in the
+// same run, on the same local redis-server nodes (see bench_test.go).
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/benchkit"
+)
+
+func benchSemaphore(s *redlock.Semaphore) benchkit.Op {
+	return func(ctx context.Context, key string) error {
+		p, err := s.TryAcquire(ctx, benchTTL)
+		if err != nil {
+			return err
+		}
+		return p.Release(ctx)
+	}
+}
+
+// BenchmarkSemaphoreAcquireRelease: TryAcquire+Release on N=5, one caller
+// and eight, next to the mutex's TryLock+Unlock. Each op uses a key of its
+// own: a fresh semaphore per key, so that no op waits for another.
+func BenchmarkSemaphoreAcquireRelease(b *testing.B) {
+	pools := benchNodes(b, 5)
+	c := benchClient(b, pools)
+	mutex := benchRedlock(c)
+	sem := func(k int) benchkit.Op {
+		return func(ctx context.Context, key string) error {
+			return benchSemaphore(c.Semaphore(key, k))(ctx, key)
+		}
+	}
+	for _, p := range []int{0, 8} {
+		run := func(b *testing.B, op benchkit.Op) {
+			if p == 0 {
+				benchkit.Serial(b, op)
+			} else {
+				benchkit.Parallel(b, op, p)
+			}
+		}
+		par := "serial"
+		if p > 0 {
+			par = fmt.Sprint(p)
+		}
+		b.Run(fmt.Sprintf("N=5/p=%s/impl=mutex", par), func(b *testing.B) { run(b, mutex) })
+		for _, k := range []int{1, 2, 3} {
+			b.Run(fmt.Sprintf("N=5/p=%s/impl=semaphore-K=%d", par, k), func(b *testing.B) { run(b, sem(k)) })
+		}
+	}
+}
+
+// BenchmarkSemaphoreContention: 16 goroutines on one key, each retrying
+// Acquire (1-3ms apart) until it holds a permit, then releasing it at once.
+// handoffs/s is permits granted per second. The mutex, retrying Lock the
+// same way, is the K=1 reference. K=4 on N=5 needs every node (quorum 5),
+// so it runs with AllowNoFaultTolerance.
+func BenchmarkSemaphoreContention(b *testing.B) {
+	pools := benchNodes(b, 5)
+	const workers = 16
+	c := benchClient(b, pools, redlock.WithTries(10000), redlock.WithRetryDelay(time.Millisecond, 3*time.Millisecond))
+	b.Run(fmt.Sprintf("N=5/w=%d/impl=mutex", workers), func(b *testing.B) {
+		benchkit.Contention(b, func(ctx context.Context, key string) error {
+			l, err := c.Lock(ctx, key, benchTTL)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			return err
+		}, workers)
+	})
+	for _, k := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("N=5/w=%d/impl=semaphore-K=%d", workers, k), func(b *testing.B) {
+			benchkit.Contention(b, func(ctx context.Context, key string) error {
+				p, err := c.Semaphore(key, k, redlock.AllowNoFaultTolerance()).Acquire(ctx, benchTTL)
+				if err == nil {
+					err = p.Release(ctx)
+				}
+				return err
+			}, workers)
+		})
+	}
+}

@@ -1,0 +1,661 @@
+package redlock
+
+// Leader election on the quorum, in the spirit of etcd's concurrency.Election.
+//
+// A leadership is a fenced lock (docs/fencing.md) on the election's name,
+// kept by the same extension loop as Do (keep, in do.go): its term is the
+// lock's fencing token, so terms grow strictly in the order leaderships are
+// granted, and a deposed leader's writes can be refused by term. Once
+// elected, the leader publishes its term and value in a leader record next
+// to the lock key on each node (scripts/elect_publish.lua), written only
+// while that node's key holds the leader's token. A reader asks every node
+// which leader it sees (scripts/elect_read.lua: the record, if the key still
+// holds the token it names) and believes only an answer that a majority of
+// nodes gives (agree). docs/election.md has the safety argument.
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	// ErrNoLeader reports that Leader found no leader that a majority of
+	// nodes agrees on: a majority sees none, or the nodes' answers are split
+	// (a leader publishing its value, a hand-over in progress, nodes down).
+	ErrNoLeader = errors.New("redlock: no leader")
+
+	// ErrNotLeader reports a Resign by someone who is not the leader: an
+	// Election that holds no leadership, or a Leadership already resigned.
+	// A Leadership's Err wraps it once it has been resigned.
+	ErrNotLeader = errors.New("redlock: not the leader")
+)
+
+// Defaults for the election options.
+const (
+	DefaultElectionTTL     = 10 * time.Second
+	DefaultObserveInterval = 250 * time.Millisecond
+)
+
+var (
+	//go:embed scripts/elect_publish.lua
+	electPublishSource string
+	electPublishScript = newScript(electPublishSource, 2)
+
+	//go:embed scripts/elect_read.lua
+	electReadSource string
+	electReadScript = newScript(electReadSource, 2)
+)
+
+// An ElectionOption configures an Election. Options are checked by
+// Client.Election, and a bad one is reported by every call of the Election.
+type ElectionOption func(*Election)
+
+// WithElectionTTL sets the ttl of the lock behind a leadership. The leader
+// extends it every ttl/3 while it leads; if the leader dies, another
+// candidate is elected at most about one ttl later. The default is
+// DefaultElectionTTL (10s). It must exceed the clock drift allowance.
+func WithElectionTTL(ttl time.Duration) ElectionOption {
+	return func(e *Election) { e.ttl = ttl }
+}
+
+// WithObserveInterval sets how often Observe asks the nodes who leads. The
+// default is DefaultObserveInterval (250ms). d must be positive.
+func WithObserveInterval(d time.Duration) ElectionOption {
+	return func(e *Election) { e.interval = d }
+}
+
+// An Election is one candidate's handle on the election called name: it
+// campaigns, resigns, and reads who leads. Several processes, each with its
+// own Election of the same name on the same nodes, compete to lead. An
+// Election holds at most one leadership at a time. It is safe for concurrent
+// use.
+//
+// The name is the lock key on the nodes, so it must not be used as a Lock
+// key too. Each node also keeps, without a ttl, the key's fencing counter
+// (FenceKey) and a small leader record next to it, in the same Redis Cluster
+// slot.
+type Election struct {
+	client   *Client
+	name     string
+	record   string // the leader record's key
+	ttl      time.Duration
+	interval time.Duration
+	err      error // a bad name or option, returned by every call
+
+	// readNeed is how many nodes must agree for a read to be believed; 0
+	// means the Client's majority. Only the simulation sets it, to show
+	// that its checker catches readers who believe a single node.
+	readNeed int
+
+	mu      sync.Mutex
+	current *Leadership
+}
+
+// Election returns a handle on the election called name. It makes no
+// network call; a bad name or option is reported, wrapping ErrInvalid, by
+// every call of the Election.
+func (c *Client) Election(name string, opts ...ElectionOption) *Election {
+	e := &Election{client: c, name: name, ttl: DefaultElectionTTL, interval: DefaultObserveInterval}
+	for _, opt := range opts {
+		if opt == nil {
+			e.err = invalid("nil election option")
+			return e
+		}
+		opt(e)
+	}
+	switch {
+	case c == nil:
+		e.err = invalid("nil *Client")
+	case name == "":
+		e.err = invalid("empty election name")
+	case e.ttl <= 0 || truncateTTL(e.ttl) <= drift(truncateTTL(e.ttl), c.driftFactor):
+		e.err = invalid("election ttl %v must exceed the clock drift allowance", e.ttl)
+	case e.interval <= 0:
+		e.err = invalid("observe interval %v must be positive", e.interval)
+	}
+	e.ttl = truncateTTL(e.ttl)
+	if c != nil {
+		e.record = leaderKey(c.keyPrefix + name)
+	}
+	return e
+}
+
+// leaderKey names the leader record of an election's lock key, in the key's
+// Redis Cluster slot by the rule of fenceKey.
+func leaderKey(key string) string {
+	if hasHashTag(key) || strings.IndexByte(key, '}') >= 0 {
+		return "redlock:leader:" + key
+	}
+	return "redlock:leader:{" + key + "}"
+}
+
+// usable checks what every call needs.
+func (e *Election) usable(ctx context.Context) error {
+	if e == nil {
+		return invalid("nil *Election")
+	}
+	if e.err != nil {
+		return e.err
+	}
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	return nil
+}
+
+// Name returns the election's name, which is its lock key.
+func (e *Election) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
+
+// fencedKey marks a context whose acquisitions are fenced whatever the
+// Client's options: an election's terms are fencing tokens.
+type fencedKey struct{}
+
+// Campaign blocks until this candidate leads the election, then returns the
+// Leadership, with value published for Leader and Observe to read. Its term
+// is a fencing token: it exceeds the term of every leadership granted
+// before it, with or without WithFencing on the Client.
+//
+// Campaign retries as Lock does, without a limit on the tries: until it
+// leads, ctx ends, the Client's retry strategy gives up, or the nodes refuse
+// the commands themselves. It then returns Lock's error, wrapping
+// ErrNotObtained (and ctx.Err() if ctx ended); every attempt has released
+// what it acquired. It returns an error wrapping ErrInvalid, and sends
+// nothing, for bad arguments or if this Election already leads.
+//
+// Once elected it publishes the value, waiting at most one node timeout; if
+// the value reaches too few nodes by then (or ctx has ended), the leadership
+// is returned all the same and the value is published again in the
+// background until a majority has it. Until then Leader may report
+// ErrNoLeader, never an earlier leader.
+//
+// The leadership is extended every ttl/3 in the background, independently of
+// ctx, until Resign or until it is lost; then Done is closed.
+func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	if err := e.usable(ctx); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if e.current != nil && e.current.Err() == nil {
+		e.mu.Unlock()
+		return nil, invalid("election %q: this Election already leads; Resign first", e.name)
+	}
+	e.mu.Unlock()
+
+	c := e.client
+	l, err := c.lock(context.WithValue(ctx, fencedKey{}, true), e.name, e.ttl, math.MaxInt)
+	if err != nil {
+		return nil, err
+	}
+	ld := &Leadership{election: e, lock: l, value: value, stop: make(chan struct{}), ended: make(chan struct{})}
+	ld.ctx, ld.cancel = context.WithCancelCause(context.Background())
+	ld.publish(ctx)
+	go ld.run()
+
+	e.mu.Lock()
+	e.current = ld
+	e.mu.Unlock()
+	return ld, nil
+}
+
+// Resign gives up the leadership this Election holds: see Leadership.Resign.
+// It returns an error wrapping ErrNotLeader if it holds none, or has
+// already resigned and released it.
+func (e *Election) Resign(ctx context.Context) error {
+	if err := e.usable(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	ld := e.current
+	e.mu.Unlock()
+	if ld == nil {
+		return fmt.Errorf("%w: election %q: this Election holds no leadership", ErrNotLeader, e.name)
+	}
+	err := ld.Resign(ctx)
+	e.mu.Lock()
+	if e.current == ld && ld.isReleased() {
+		e.current = nil
+	}
+	e.mu.Unlock()
+	return err
+}
+
+func (ld *Leadership) isReleased() bool {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return ld.released
+}
+
+// A Leader is who leads an election, as a majority of nodes sees it: the
+// leader's value and its term. The zero Leader, from Observe, means that a
+// majority of nodes sees no leader.
+type Leader struct {
+	Value string
+	Term  uint64
+}
+
+// Leader returns the current leader: the value and term that a majority of
+// nodes reports. Each node counts a leader only while it still holds the
+// leader's lock key, and a leader publishes only after it was granted, so
+// Leader reports only leaders that Campaign elected; and while a leadership
+// is valid, Leader reports no other (docs/election.md).
+//
+// If no answer has a majority, it returns an error wrapping ErrNoLeader
+// with the nodes' failures, if any: no one leads, the leader has not yet
+// published its value on a majority, or too many nodes failed to answer.
+// Leader takes at most one node timeout, and returns as soon as a majority
+// agrees or none can.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if err := e.usable(ctx); err != nil {
+		return Leader{}, err
+	}
+	ld, _, err := e.read(ctx)
+	return ld, err
+}
+
+// read asks every node which leader it sees. decided is true when a majority
+// agreed, on a leader or on none (then err wraps ErrNoLeader too).
+func (e *Election) read(ctx context.Context) (ld Leader, decided bool, err error) {
+	c := e.client
+	lane := laneOf(c.keyPrefix + e.name)
+	s, ok, causes := agree(ctx, c, e.readNeed, func(ctx context.Context, n *node, deadline time.Time) (sight, error) {
+		return n.readLeader(ctx, deadline, lane, c.keyPrefix+e.name, e.record)
+	})
+	switch {
+	case !ok:
+		return Leader{}, false, aggregate(fmt.Errorf("%w: election %q: no answer has a majority of the %d nodes",
+			ErrNoLeader, e.name, len(c.nodes)), causes)
+	case s.term == 0:
+		return Leader{}, true, aggregate(fmt.Errorf("%w: election %q: a majority of nodes sees no leader",
+			ErrNoLeader, e.name), causes)
+	}
+	return Leader{Value: s.value, Term: s.term}, true, nil
+}
+
+// Observe returns a channel that carries the election's leader each time it
+// changes, as Leader reads it every observe interval (WithObserveInterval):
+// first the leader when Observe starts, then each new one. The zero Leader
+// means a majority of nodes sees no leader. Reads on which no majority
+// agrees are skipped, and so is a leader older (by term) than one already
+// sent, so the terms sent never go back.
+//
+// The channel is unbuffered: a slow receiver delays the next read, and no
+// change is queued. It is closed once ctx ends, and the goroutine behind it
+// returns then, within a node timeout. Bad arguments return an error
+// wrapping ErrInvalid and no channel.
+func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
+	if err := e.usable(ctx); err != nil {
+		return nil, err
+	}
+	ch := make(chan Leader)
+	go func() {
+		defer close(ch)
+		var last Leader
+		var highest uint64
+		first := true
+		wait := time.NewTimer(0)
+		defer wait.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-wait.C:
+			}
+			cur, decided, _ := e.read(ctx)
+			if decided && (first || cur != last) && (cur.Term == 0 || cur.Term >= highest) {
+				select {
+				case ch <- cur:
+				case <-ctx.Done():
+					return
+				}
+				first, last, highest = false, cur, max(highest, cur.Term)
+			}
+			wait.Reset(e.interval)
+		}
+	}()
+	return ch, nil
+}
+
+// A Leadership is one term as leader of an election, from Campaign. It is
+// kept by extending its lock every ttl/3 until Resign, or until it is lost:
+// its validity ran out before an extension succeeded, or a majority of
+// nodes refused one. Then Done is closed and Err says why. Its methods are
+// safe for concurrent use. The nil *Leadership of a failed Campaign leads
+// nothing: Done is closed, and Resign returns an error wrapping ErrInvalid.
+//
+// Leading is exclusive only until Until, as for a Lock: a leader that may
+// have been paused must check Until (or Done) before it acts, and should
+// send its Term with every write so that a resource can refuse a deposed
+// leader's (Guard, FencedSet).
+type Leadership struct {
+	election *Election
+	lock     *Lock
+	value    string
+
+	ctx    context.Context // cancelled with the cause when the leadership ends
+	cancel context.CancelCauseFunc
+	stop   chan struct{} // closed by Resign: stop extending and publishing
+	ended  chan struct{} // closed once run has returned
+	lost   error         // how keep ended: nil, or wrapping ErrLockLost; set before ended is closed
+
+	published atomic.Bool // a majority stored the leader record
+
+	mu       sync.Mutex
+	resigned bool // Resign has begun: the leadership has ended
+	released bool // a Resign has released the lock, or found it lost
+}
+
+// errResigned is the cause of a resigned leadership's end.
+var errResigned = fmt.Errorf("%w: resigned", ErrNotLeader)
+
+// run keeps the leadership (do.go's keep) and, until a majority has it,
+// publishes the leader record again after each retry delay.
+func (ld *Leadership) run() {
+	defer close(ld.ended)
+	c := ld.election.client
+	var wg sync.WaitGroup
+	if !ld.published.Load() {
+		wg.Go(func() {
+			for {
+				pause := time.NewTimer(c.retryDelay())
+				select {
+				case <-ld.ctx.Done():
+					pause.Stop()
+					return
+				case <-pause.C:
+				}
+				if ld.publish(ld.ctx) {
+					return
+				}
+			}
+		})
+	}
+	ld.lost = c.keep(ld.lock, ld.election.ttl, ld.stop, ld.cancel).err
+	ld.cancel(ld.lost) // keep has cancelled with the cause already, unless Resign did first
+	wg.Wait()
+}
+
+// publish stores the leader record on every node that still holds the
+// leader's key, and reports whether a majority did. It takes at most one
+// node timeout.
+func (ld *Leadership) publish(ctx context.Context) bool {
+	c, l := ld.election.client, ld.lock
+	token, term, value := any(l.token), any(int64(l.fence)), any(ld.value)
+	key, record := l.args.key, any(ld.election.record) // the key on the nodes, with the prefix
+	won, _ := c.fanout(ctx, round{
+		key: l.key,
+		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			reply, err := n.eval(ctx, deadline, l.args.lane, &electPublishScript, key, record, token, term, value)
+			return reply == int64(1), err
+		},
+	})
+	if won {
+		ld.published.Store(true)
+	}
+	return won
+}
+
+// Term returns the leadership's term: its fencing token, greater than the
+// term of every leadership of the election granted before it. Send it with
+// every write the leader makes. It is 0 for the nil *Leadership.
+func (ld *Leadership) Term() uint64 {
+	if ld == nil {
+		return 0
+	}
+	return ld.lock.Token()
+}
+
+// Value returns the value this leader campaigned with.
+func (ld *Leadership) Value() string {
+	if ld == nil {
+		return ""
+	}
+	return ld.value
+}
+
+// Until returns the end of the leadership's validity on the client's clock,
+// as Lock.Until does: each extension moves it on. It is the zero Time once
+// Resign has begun.
+func (ld *Leadership) Until() time.Time {
+	if ld == nil {
+		return time.Time{}
+	}
+	return ld.lock.Until()
+}
+
+// Done returns a channel that is closed when the leadership ends: it was
+// lost, or Resign began.
+func (ld *Leadership) Done() <-chan struct{} {
+	if ld == nil {
+		return closedChan
+	}
+	return ld.ctx.Done()
+}
+
+// Context returns a context that is cancelled when the leadership ends, with
+// Err's error as its cause (context.Cause): the context to run the leader's
+// work with.
+func (ld *Leadership) Context() context.Context {
+	if ld == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errNilLeadership)
+		return ctx
+	}
+	return ld.ctx
+}
+
+// Err returns nil while the leadership lasts. Once it has ended, it returns
+// why: an error wrapping ErrLockLost if it was lost, or ErrNotLeader if it
+// was resigned.
+func (ld *Leadership) Err() error {
+	if ld == nil {
+		return errNilLeadership
+	}
+	select {
+	case <-ld.ctx.Done():
+		return context.Cause(ld.ctx)
+	default:
+		return nil
+	}
+}
+
+var errNilLeadership = invalid("nil *Leadership: the Campaign that returned it failed")
+
+// Resign ends the leadership: Done is closed at once, extending stops, and
+// the lock is released, so that another candidate can be elected without
+// waiting for the ttl. It returns, on each path:
+//   - nil: the leadership lasted until Resign and a majority released it.
+//   - an error wrapping ErrLockLost: it had been lost before Resign (Err
+//     said so already); the release is still sent, to free the nodes that
+//     kept the key.
+//   - Lock.Unlock's error otherwise: ErrExpired if validity ran out just
+//     before Resign, ErrLockLost if the nodes show it was lost, or, if too
+//     few nodes answered, the nodes' failures (and ctx.Err() if ctx ended
+//     first). Only in that last case has the lock not been let go: Resign
+//     may be called again to retry the release, or the key expires at its
+//     ttl.
+//   - an error wrapping ErrNotLeader once a Resign has released it, and
+//     ErrInvalid for a nil context or the nil *Leadership; nothing is sent.
+//
+// Resign waits for an extension in flight, then releases: two node timeouts
+// at most.
+func (ld *Leadership) Resign(ctx context.Context) error {
+	if ld == nil {
+		return errNilLeadership
+	}
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	ld.mu.Lock()
+	if ld.released {
+		ld.mu.Unlock()
+		return fmt.Errorf("%w: election %q: term %d was already resigned", ErrNotLeader, ld.election.name, ld.Term())
+	}
+	first := !ld.resigned
+	ld.resigned = true
+	ld.mu.Unlock()
+
+	if first {
+		ld.cancel(errResigned)
+		close(ld.stop)
+	}
+	<-ld.ended
+	err := ld.lock.Unlock(ctx)
+	if ld.lost != nil {
+		err = ld.lost
+	}
+	if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrExpired) {
+		ld.mu.Lock()
+		ld.released = true
+		ld.mu.Unlock()
+	}
+	return err
+}
+
+// A sight is the leader one node sees; the zero sight is none.
+type sight struct {
+	term  uint64
+	value string
+}
+
+// readLeader runs the read script: the leader this node sees, if any.
+func (n *node) readLeader(ctx context.Context, deadline time.Time, lane int, key, record string) (sight, error) {
+	reply, err := n.eval(ctx, deadline, lane, &electReadScript, key, record)
+	if err != nil || reply == nil {
+		return sight{}, err
+	}
+	if arr, ok := reply.([]any); ok && len(arr) == 2 {
+		termText, ok1 := replyText(arr[0])
+		value, ok2 := replyText(arr[1])
+		term, perr := strconv.ParseUint(termText, 10, 64)
+		if ok1 && ok2 && perr == nil && term > 0 {
+			return sight{term: term, value: value}, nil
+		}
+	}
+	// A reply no Redis sends for this script fails the node, rather than
+	// counting as a leader or as none.
+	return sight{}, n.fail(fmt.Errorf("redlock: unexpected reply %v to the leader read", reply), deadline)
+}
+
+// replyText returns a bulk string inside an array reply as a string.
+func replyText(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case []byte:
+		return string(v), true
+	}
+	return "", false
+}
+
+// agree sends op to every node at once and returns the answer that the
+// quorum of them gave (need of them, if need > 0), which it believes; no
+// other answer counts.
+//
+//   - Each node has until the deadline, now plus the node timeout or ctx's
+//     deadline if sooner, as in fanout; one silent by then counts as failed
+//     with ErrNodeTimeout.
+//   - It returns ok as soon as one answer has the quorum, without waiting
+//     for the other nodes.
+//   - It returns not ok as soon as no answer can reach the quorum any more:
+//     the nodes yet to answer are too few to lift the most common answer to
+//     it. Failures are among causes, as NodeErrors.
+//   - It returns not ok when ctx ends, with ctx.Err() among the causes.
+//   - Node calls still running when it returns go on until the deadline,
+//     detached from ctx's cancellation as in fanout; their answers are
+//     dropped.
+//
+// Two answers that each have a majority would need a node that gave both, so
+// at most one answer can be believed.
+func agree[T comparable](ctx context.Context, c *Client, need int, op func(ctx context.Context, n *node, deadline time.Time) (T, error)) (answer T, ok bool, causes []error) {
+	var zero T
+	quorum := c.quorum
+	if need > 0 {
+		quorum = need
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, false, []error{err}
+	}
+	n := len(c.nodes)
+	deadline := c.nodeDeadline(ctx)
+	// Ended by the last op to return, or at the deadline (a field, so that
+	// vet sees it is not lost: the node goroutines call it).
+	var ops struct{ cancel context.CancelFunc }
+	var opCtx context.Context
+	opCtx, ops.cancel = context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	type reply struct {
+		node int
+		v    T
+		err  error
+	}
+	replies := make(chan reply, n)
+	var running atomic.Int32
+	running.Store(int32(n))
+	c.calls.Add(n)
+	for _, nd := range c.nodes {
+		go func() {
+			defer c.calls.Done()
+			v, err := op(opCtx, nd, deadline)
+			replies <- reply{node: nd.index, v: v, err: err}
+			if running.Add(-1) == 0 {
+				ops.cancel() // after the reply: the loop below drains it
+			}
+		}()
+	}
+
+	counts := make(map[T]int, n)
+	answered := make([]bool, n)
+	best, pending := 0, n
+	count := func(r reply) bool {
+		answered[r.node] = true
+		pending--
+		if r.err != nil {
+			causes = append(causes, r.err)
+			return false
+		}
+		counts[r.v]++
+		best = max(best, counts[r.v])
+		return counts[r.v] >= quorum
+	}
+	for pending > 0 && best+pending >= quorum {
+		select {
+		case r := <-replies:
+			if count(r) {
+				return r.v, true, causes
+			}
+		case <-opCtx.Done():
+			// The deadline passed, or every node answered: count what was
+			// sent, then the silent nodes as timed out.
+			for len(replies) > 0 {
+				if r := <-replies; count(r) {
+					return r.v, true, causes
+				}
+			}
+			for i, done := range answered {
+				if !done {
+					causes = append(causes, c.nodes[i].nodeError(ErrNodeTimeout))
+				}
+			}
+			pending = 0
+		case <-ctx.Done():
+			causes = append(causes, ctx.Err())
+			return zero, false, causes
+		}
+	}
+	if err := ctxEnded(ctx); err != nil {
+		causes = append(causes, err)
+	}
+	return zero, false, causes
+}

@@ -1,0 +1,19 @@
+-- Read-write lock, reader extension: while the caller's token is a live
+-- member of the readers set, make it live at least ttl from now. ZADD GT
+-- never shortens it, as PEXPIRE GT does for the mutex. An expired member is
+-- not revived: a writer may have been granted since it expired.
+-- KEYS[1] readers set; ARGV[1] token, ARGV[2] ttl ms.
+-- Returns 1 if the token is live (its expiry is now at least ttl away),
+-- 0 otherwise.
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local score = redis.call("ZSCORE", KEYS[1], ARGV[1])
+if not score or tonumber(score) < now then
+	return 0
+end
+redis.call("ZADD", KEYS[1], "GT", now + ttl, ARGV[1])
+if redis.call("PTTL", KEYS[1]) < ttl + 1 then
+	redis.call("PEXPIRE", KEYS[1], ttl + 1)
+end
+return 1

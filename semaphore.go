@@ -1,0 +1,501 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// The counting semaphore: at most K holders of a key at once, on N nodes.
+//
+// Each node keeps a sorted set of holder tokens scored by their expiry on the
+// node's own clock, and admits a token only while fewer than K live tokens
+// are in it (scripts/semaphore_*.lua). A permit is granted when q nodes
+// admitted its token within the validity window, q being semQuorum(N, K),
+// which for K > 1 is more than a majority. docs/semaphore.md has the
+// derivation and the safety argument.
+
+var (
+	//go:embed scripts/semaphore_acquire.lua
+	semAcquireSource string
+	semAcquireScript = newScript(semAcquireSource, 1)
+
+	//go:embed scripts/semaphore_extend.lua
+	semExtendSource string
+	semExtendScript = newScript(semExtendSource, 1)
+
+	//go:embed scripts/semaphore_release.lua
+	semReleaseSource string
+	semReleaseScript = newScript(semReleaseSource, 1)
+)
+
+// semQuorum is how many of n nodes must admit a token for a permit of a
+// K-permit semaphore: ⌊K·n/(K+1)⌋ + 1. Each node admits at most K tokens, so
+// K+1 holders of q nodes each would need (K+1)·q node slots; only K·n exist,
+// and (K+1)·q > K·n is the least q that makes that impossible. For K = 1 it
+// is the majority. For K ≥ n−1 it is n: every node, no fault tolerance.
+func semQuorum(n, k int) int {
+	if k >= n-1 {
+		return n // also keeps k·n from overflowing
+	}
+	return k*n/(k+1) + 1
+}
+
+// A Semaphore admits at most Permits holders of its key at once, across the
+// Client's nodes. Make it with Client.Semaphore. It holds no state of its
+// own beyond its configuration: it is safe for concurrent use, and any
+// number of Semaphore values for the same key and permits, in any process,
+// share the same permits. Every holder must use the same permit count for a
+// key; a holder that uses a larger one may exceed the smaller. The zero
+// Semaphore is not usable: its calls return an error wrapping ErrInvalid.
+type Semaphore struct {
+	client  *Client
+	key     string
+	permits int
+	quorum  int   // nodes that must admit a token (semQuorum)
+	err     error // what makes the configuration impossible, reported by each call
+}
+
+// A SemaphoreOption configures a Semaphore.
+type SemaphoreOption func(*semaphoreConfig)
+
+type semaphoreConfig struct{ noFaultTolerance bool }
+
+// AllowNoFaultTolerance accepts a semaphore whose quorum is every node: K ≥
+// N−1 permits on N > 1 nodes. Such a semaphore is safe, but one node that is
+// down or slow stops every acquisition and extension. Without this option,
+// its calls fail with ErrInvalid.
+func AllowNoFaultTolerance() SemaphoreOption {
+	return func(c *semaphoreConfig) { c.noFaultTolerance = true }
+}
+
+// Semaphore returns the semaphore of key with the given number of permits
+// on the Client's nodes. It makes no network call and never fails: an
+// impossible configuration (permits < 1, a nil option, or a quorum of every
+// one of N > 1 nodes without AllowNoFaultTolerance) is an error wrapping
+// ErrInvalid from every call that could touch the network.
+//
+// The key names a sorted set on each node; it must not be used as a mutex
+// key (WRONGTYPE would fail the nodes).
+func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) *Semaphore {
+	s := &Semaphore{client: c, key: key, permits: permits}
+	var cfg semaphoreConfig
+	for _, opt := range opts {
+		if opt == nil {
+			s.err = invalid("nil semaphore option")
+			return s
+		}
+		opt(&cfg)
+	}
+	n := len(c.nodes)
+	if permits < 1 {
+		s.err = invalid("semaphore permits %d must be at least 1", permits)
+		return s
+	}
+	s.quorum = semQuorum(n, permits)
+	if s.quorum == n && n > 1 && !cfg.noFaultTolerance {
+		s.err = invalid("a semaphore of %d permits on %d nodes needs every node (quorum %d), so one failed node stops it; use more nodes (at least %d tolerate one failure) or AllowNoFaultTolerance",
+			permits, n, s.quorum, permits+2)
+	}
+	return s
+}
+
+// Quorum returns how many nodes must admit a permit: ⌊K·N/(K+1)⌋ + 1 for K
+// permits on N nodes, or 0 if the configuration is invalid.
+func (s *Semaphore) Quorum() int {
+	if s == nil || s.err != nil {
+		return 0
+	}
+	return s.quorum
+}
+
+// FaultTolerance returns how many nodes may fail while permits are still
+// granted: N − Quorum, or 0 if the configuration is invalid.
+func (s *Semaphore) FaultTolerance() int {
+	if s == nil || s.client == nil || s.err != nil {
+		return 0
+	}
+	return len(s.client.nodes) - s.quorum
+}
+
+// Acquire takes one permit for ttl. It retries after a pause as Client.Lock
+// does (WithTries, WithRetryDelay, WithRetryStrategy) until it holds a
+// permit, the tries run out, the strategy gives up, or ctx ends.
+//
+// On success the permit is valid until Permit.Until. On failure it returns
+// an error wrapping ErrNotObtained with the per-node causes, plus ctx.Err()
+// if ctx ended; every attempt has removed its token from the nodes that may
+// hold it. Bad arguments or an impossible configuration return an error
+// wrapping ErrInvalid and make no network call. Each attempt takes at most
+// one node timeout, or two when it fails and must be undone.
+func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
+	if s == nil || s.client == nil {
+		return nil, errNilSemaphore
+	}
+	return s.acquire(ctx, ttl, s.client.tries)
+}
+
+// TryAcquire makes exactly one attempt to take a permit for ttl; see
+// Acquire for what happens on each path.
+func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
+	return s.acquire(ctx, ttl, 1)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (*Permit, error) {
+	if s == nil || s.client == nil {
+		return nil, errNilSemaphore
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	c := s.client
+	ttl, err := c.check(ctx, s.key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if c.closed.Load() {
+		return nil, invalid("%v", errClosed)
+	}
+	for try := 1; ; try++ {
+		p, err := s.attempt(ctx, ttl)
+		_, tokenFailed := err.(*tokenError)
+		switch {
+		case err == nil:
+			return p, nil
+		case tokenFailed:
+			return nil, err
+		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+			return nil, withCause(err, ctx.Err())
+		case ctx.Err() != nil || try == tries:
+			return nil, err
+		}
+		// Hopeless once the nodes that refuse the command itself leave fewer
+		// than a quorum (c.hopeless counts them against the majority).
+		if _, n := c.hopeless(err); n > len(c.nodes)-s.quorum {
+			return nil, fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no quorum is possible)", err, n, len(c.nodes))
+		}
+		delay := c.retry.Delay(try)
+		if delay < 0 {
+			return nil, err
+		}
+		pause := time.NewTimer(delay)
+		select {
+		case <-pause.C:
+		case <-ctx.Done():
+			pause.Stop()
+			return nil, withCause(err, ctx.Err())
+		}
+	}
+}
+
+// attempt is one acquisition: the mutex's steps 1 to 4 with the
+// semaphore's script and quorum.
+func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, error) {
+	c := s.client
+	token, err := c.newToken()
+	if err == nil && token == "" {
+		err = errors.New("empty token")
+	}
+	if err != nil {
+		return nil, &tokenError{err}
+	}
+	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, args: newCmdArgs(c.keyPrefix+s.key, token, ttl, "")}}
+	args, permits := &p.state.args, int64(s.permits)
+	start := c.clock.Now() // step 3: elapsed time counts from before the first send
+	until := validUntil(start, ttl, c.driftFactor)
+	args.unsent.Store(1<<len(c.nodes) - 1) // no command has entered a pipe yet
+	won, t := c.fanout(ctx, round{
+		need: s.quorum,
+		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			reply, err := p.admit(ctx, n, deadline, permits)
+			if err == nil && reply != int64(0) && reply != int64(1) {
+				// A reply no Redis sends fails the node, so that a lost
+				// round removes the token from it.
+				return false, n.fail(fmt.Errorf("redlock: unexpected reply %v to the semaphore's acquire", reply), deadline)
+			}
+			return reply == int64(1), err
+		},
+		undo:  p.removeOp(nil),
+		valid: func() bool { return c.clock.Now().Before(until) },
+		// A Release that overtakes an admission in flight undoes it.
+		overtaken: &p.state,
+		// Node events for an Observer; the semaphore reports no call events.
+		kind: OpAcquire, key: s.key, id: c.newID(), masks: &args.masks,
+	})
+	if !won {
+		return nil, t.err(ErrNotObtained)
+	}
+	p.state.held.Store(&args.masks)
+	args.masks.settle() // won
+	p.state.until = until
+	return p, nil
+}
+
+// admit sends the acquire script to n: by EVALSHA, and by EVAL if the node
+// has not cached it. It keeps the bookkeeping of round.overtaken exact: the
+// node's bit in unsent is cleared when the EVALSHA enters the pipe, set again
+// when NOSCRIPT means the script must be resent, and cleared when the EVAL
+// enters the pipe; and if the permit was let go before the resend, a
+// removal may have gone ahead of it, so the node counts as overtaken. (With
+// seq-cst atomics, either letGo reads the bit set again, or this reads
+// letGone set.) Unlike evalMarking, a node whose script ran before any
+// release is never undone on the strength of the fallback alone.
+func (p *Permit) admit(ctx context.Context, n *node, deadline time.Time, permits int64) (any, error) {
+	a, s, bit := &p.state.args, &semAcquireScript, uint64(1)<<n.index
+	reply, err := n.send(ctx, deadline, a.lane, &a.unsent, "EVALSHA", 2, s.keys, s.hashArg, s.keysArg, a.key, a.token, a.ttl, permits)
+	if replyCode(err) != "NOSCRIPT" {
+		return reply, err
+	}
+	a.unsent.Or(bit)
+	if p.state.letGone.Load() {
+		p.state.overtaken.Or(bit)
+	}
+	return n.send(ctx, deadline, a.lane, &a.unsent, "EVAL", 2, s.keys, s.srcArg, s.keysArg, a.key, a.token, a.ttl, permits)
+}
+
+// Do takes a permit for ttl as Acquire does, runs fn while holding it, and
+// releases it when fn returns; fn finds the permit with HeldPermit. While
+// fn runs, the permit is extended every ttl/3, and fn's context is
+// cancelled with a cause wrapping ErrLockLost the moment the permit can no
+// longer be proven held. Every path is as for Client.Do, with the permit in
+// place of the lock.
+func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context) error) error {
+	if s == nil || s.client == nil {
+		return errNilSemaphore
+	}
+	if fn == nil {
+		return invalid("nil function")
+	}
+	p, err := s.Acquire(ctx, ttl)
+	if err != nil {
+		return err
+	}
+	return s.client.holdLease(ctx, context.WithValue(ctx, heldPermitKey{}, p), p, ttl, fn, p.Release, nil)
+}
+
+type heldPermitKey struct{}
+
+// HeldPermit returns the permit that Semaphore.Do holds while it runs fn
+// with ctx, or nil if ctx does not come from Semaphore.Do. fn may read its
+// Until before a step that needs the bound; it must not Extend or Release
+// it, which Do does.
+func HeldPermit(ctx context.Context) *Permit {
+	p, _ := ctx.Value(heldPermitKey{}).(*Permit)
+	return p
+}
+
+// A Permit is one held permit of a Semaphore: its token admitted by a
+// quorum of nodes. Its methods are safe for concurrent use. The nil *Permit
+// that a failed Acquire returns holds nothing: Until is zero, Done is
+// closed, and Extend and Release return an error wrapping ErrInvalid. The
+// permit counts only until Until; work that may outlast it must Extend
+// first, and must stop if Extend fails.
+type Permit struct {
+	sem *Semaphore
+	// state is the permit's validity window and release bookkeeping, kept
+	// in a Lock value so that Until, Done and the overtaking rule of
+	// round.overtaken are the mutex's own code. Its Lock methods that talk
+	// to nodes (Extend, Unlock) are never called.
+	state Lock
+}
+
+// Value returns the token that marks this permit on each node.
+func (p *Permit) Value() string {
+	if p == nil {
+		return ""
+	}
+	return p.state.token
+}
+
+// Until returns the end of the validity window, on the client's clock: the
+// permit counts as one of at most K before this instant and not after. It
+// returns the zero Time once Release has begun.
+func (p *Permit) Until() time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return p.state.Until()
+}
+
+// Done returns a channel that is closed when the permit's validity ends, or
+// when Release begins; as Lock.Done.
+func (p *Permit) Done() <-chan struct{} {
+	if p == nil {
+		return closedChan
+	}
+	return p.state.Done()
+}
+
+// Held returns how many nodes admitted the permit's token in its
+// acquisition or latest successful Extend, as far as the permit knows.
+func (p *Permit) Held() int {
+	if p == nil {
+		return 0
+	}
+	return p.state.Held()
+}
+
+// removeOp returns the node operation that removes the permit's token: the
+// undo of a lost acquisition (p.state's bookkeeping unused, mark nil), or
+// one node's part of Release (mark records what it proved).
+func (p *Permit) removeOp(mark func(n *node, removed bool, err error) bool) nodeOp {
+	args := &p.state.args
+	return func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+		reply, err := n.eval(ctx, deadline, args.lane, &semReleaseScript, args.key, args.token)
+		if mark == nil {
+			return err == nil, err
+		}
+		return mark(n, reply == int64(1), err), err
+	}
+}
+
+// Extend makes the permit's token live at least ttl from now on every node
+// that still holds it; it never shortens it. It succeeds when a quorum did
+// so while both the old validity window and the new one were open; the new
+// one runs to start+ttl−drift, start being when Extend began. The paths are
+// those of Lock.Extend, with the semaphore's quorum in place of the
+// majority: ErrExpired if the validity had passed or the permit was
+// released, an error wrapping ErrNotObtained if no quorum extended in time
+// (Until then becomes the earlier of the old and the new deadline), and
+// ErrLockLost with it when so many nodes no longer hold the token that
+// fewer than a quorum can. Extend takes at most one node timeout.
+func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
+	if p == nil {
+		return errNilPermit
+	}
+	s, l := p.sem, &p.state
+	c := s.client
+	ttl, err := c.check(ctx, s.key, ttl)
+	if err != nil {
+		return err
+	}
+	start := c.clock.Now()
+	old := l.Until()
+	if !start.Before(old) {
+		return ErrExpired
+	}
+	until := validUntil(start, ttl, c.driftFactor)
+	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
+	won, t := c.fanout(ctx, round{
+		need: s.quorum,
+		kind: OpExtend, key: s.key, id: c.newID(), masks: &args.masks,
+		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			reply, err := n.eval(ctx, deadline, args.lane, &semExtendScript, args.key, args.token, args.ttl)
+			return reply == int64(1), err
+		},
+		valid: func() bool { now := c.clock.Now(); return now.Before(until) && now.Before(old) },
+	})
+
+	// The verdict, as Lock.extend gives it.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.until.IsZero(): // released while extending
+		return ErrExpired
+	case won && !c.clock.Now().Before(l.until):
+		return ErrExpired // Until never moves forward once it has passed
+	case won:
+		l.setUntilLocked(until)
+		l.held.Store(&args.masks)
+		args.masks.settle()
+		return nil
+	default:
+		if until.Before(l.until) {
+			l.setUntilLocked(until)
+		}
+		if t.late && !c.clock.Now().Before(old) {
+			return aggregate(ErrExpired, t.causes)
+		}
+		if t.lost() && c.clock.Now().Before(old) {
+			return aggregate(fmt.Errorf("%w: %w: the permit's token is gone from %d of %d nodes, so fewer than the quorum of %d can hold it",
+				ErrNotObtained, ErrLockLost, t.refused(), t.n, t.quorum), t.causes)
+		}
+		return t.err(ErrNotObtained)
+	}
+}
+
+// Release gives the permit back: it removes the permit's token on every
+// node that still holds it, and never touches another holder's. It returns
+// once a quorum of nodes removed it, as Unlock returns on a majority: the
+// permit is then free on as many nodes as an acquisition needs, so that the
+// caller's own next Acquire, whose commands queue behind these removals on
+// each node, can take it. The other nodes are released in the background
+// within one node timeout.
+//
+// From the moment Release begins, the permit no longer counts as held:
+// Until returns the zero Time and Done is closed, even if Release fails. On
+// each path, as for Lock.Unlock:
+//   - Enough nodes removed the token: nil. A retry counts the nodes that
+//     removed it the first time.
+//   - So many nodes answered, before the validity ended, that the token was
+//     gone (expired early, evicted, lost in a restart) that fewer than a
+//     quorum can have held it: an error wrapping ErrLockLost, because the
+//     permit may not have been one of at most K.
+//   - Too few nodes answered: an error with the per-node causes; the token
+//     expires on the silent nodes at its ttl, and Release may be called again.
+//   - The validity had already passed: the removal is still sent, but
+//     Release returns ErrExpired.
+//
+// Release takes at most one node timeout.
+func (p *Permit) Release(ctx context.Context) error {
+	if p == nil {
+		return errNilPermit
+	}
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	s, l := p.sem, &p.state
+	c := s.client
+	l.letGo() // see Lock.unlock
+	l.mu.Lock()
+	expired := l.released || (!l.until.IsZero() && !c.clock.Now().Before(l.until))
+	until := l.until
+	l.setUntilLocked(time.Time{})
+	l.mu.Unlock()
+	n := len(c.nodes)
+	won, t := c.fanout(ctx, round{
+		need: s.quorum,
+		kind: OpRelease, key: s.key, id: c.newID(),
+		// The evidence rule of Lock.unlock: a refusal proves a loss only if
+		// it came from the node's first removal, before validity ended.
+		op: p.removeOp(func(nd *node, removed bool, err error) bool {
+			bit := uint64(1) << nd.index
+			first := l.unsure.Load()&bit == 0
+			switch {
+			case removed:
+				l.deleted.Or(bit)
+			case err != nil:
+				l.unsure.Or(bit)
+			case first && !until.IsZero() && c.clock.Now().Before(until):
+				l.evidence.Or(bit)
+			}
+			return err == nil && (l.deleted.Load()&bit != 0 || l.evidence.Load()&bit == 0)
+		}),
+	})
+	if won {
+		l.mu.Lock()
+		l.released = true
+		l.mu.Unlock()
+	}
+	gone := bits.OnesCount64(l.evidence.Load())
+	switch {
+	case expired:
+		return aggregate(ErrExpired, t.causes)
+	case !won && gone > n-s.quorum:
+		return aggregate(fmt.Errorf("%w: the permit's token was gone from %d of %d nodes at release, before its validity ended: it may not have been one of at most %d",
+			ErrLockLost, gone, n, s.permits), t.causes)
+	case !won:
+		return t.err(errNotReleased)
+	}
+	return nil
+}
+
+// errNilSemaphore is what a nil *Semaphore's calls return.
+var errNilSemaphore = invalid("nil or zero *Semaphore: make one with Client.Semaphore")
+
+// errNilPermit is what Extend and Release return on the nil *Permit of a
+// failed Acquire, instead of panicking.
+var errNilPermit = invalid("nil *Permit: the Acquire call that returned it failed")

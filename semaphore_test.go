@@ -1,0 +1,668 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock"
+)
+
+// members returns the tokens in key's sorted set on each node, sorted.
+func (c *cluster) members(key string) [][]string {
+	out := make([][]string, len(c.nodes))
+	for i, m := range c.nodes {
+		if !m.Exists(key) {
+			continue
+		}
+		ms, err := m.ZMembers(key)
+		if err != nil {
+			panic(err)
+		}
+		slices.Sort(ms)
+		out[i] = ms
+	}
+	return out
+}
+
+// holding returns on how many nodes key's set holds token.
+func (c *cluster) holding(key, token string) int {
+	n := 0
+	for _, ms := range c.members(key) {
+		if slices.Contains(ms, token) {
+			n++
+		}
+	}
+	return n
+}
+
+// fill gives key's set on node i k members that expire in an hour.
+func (c *cluster) fill(t testing.TB, i int, key string, k int) {
+	t.Helper()
+	expiry := float64(time.Now().Add(time.Hour).UnixMilli())
+	for j := range k {
+		_, err := c.nodes[i].ZAdd(key, expiry, fmt.Sprintf("other-%d", j))
+		require.NoError(t, err)
+	}
+}
+
+// The quorum is the least q with (K+1)·q > K·N, found here by search rather
+// than by the formula, and the fault tolerance is N − q.
+func TestSemaphoreQuorum(t *testing.T) {
+	for n := 1; n <= 9; n++ {
+		c := newCluster(t, n)
+		client := c.client(t)
+		for k := 1; k <= 10; k++ {
+			want := 1
+			for (k+1)*want <= k*n {
+				want++
+			}
+			s := client.Semaphore("q", k, redlock.AllowNoFaultTolerance())
+			assert.Equal(t, want, s.Quorum(), "N=%d K=%d", n, k)
+			assert.Equal(t, n-want, s.FaultTolerance(), "N=%d K=%d", n, k)
+			if k == 1 {
+				assert.Equal(t, n/2+1, s.Quorum(), "N=%d: one permit is a mutex, whose quorum is the majority", n)
+			}
+		}
+	}
+}
+
+// Impossible configurations and bad arguments fail with ErrInvalid from the
+// first call that sees them, before any network call.
+func TestSemaphoreInvalid(t *testing.T) {
+	c := newCluster(t, 5)
+	client := c.client(t)
+	ctx := context.Background()
+	noFT := "needs every node"
+	for _, tc := range []struct {
+		name    string
+		sem     *redlock.Semaphore
+		ctx     context.Context
+		ttl     time.Duration
+		message string
+	}{
+		{"zero permits", client.Semaphore("s", 0), ctx, time.Second, "permits 0"},
+		{"negative permits", client.Semaphore("s", -3), ctx, time.Second, "permits -3"},
+		{"K=4 on N=5 tolerates no failure", client.Semaphore("s", 4), ctx, time.Second, noFT},
+		{"K=9 on N=5 tolerates no failure", client.Semaphore("s", 9), ctx, time.Second, noFT},
+		{"nil option", client.Semaphore("s", 2, nil), ctx, time.Second, "nil semaphore option"},
+		{"empty key", client.Semaphore("", 2), ctx, time.Second, "empty key"},
+		{"nil context", client.Semaphore("s", 2), nil, time.Second, "nil context"},
+		{"zero ttl", client.Semaphore("s", 2), ctx, 0, "ttl"},
+		{"ttl within drift", client.Semaphore("s", 2), ctx, 2 * time.Millisecond, "drift"},
+		{"nil semaphore", nil, ctx, time.Second, "nil or zero *Semaphore"},
+		{"zero semaphore", &redlock.Semaphore{}, ctx, time.Second, "nil or zero *Semaphore"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := c.gets()
+			for name, call := range map[string]func() (*redlock.Permit, error){
+				"Acquire":    func() (*redlock.Permit, error) { return tc.sem.Acquire(tc.ctx, tc.ttl) },
+				"TryAcquire": func() (*redlock.Permit, error) { return tc.sem.TryAcquire(tc.ctx, tc.ttl) },
+			} {
+				p, err := call()
+				require.ErrorIs(t, err, redlock.ErrInvalid, name)
+				assert.Contains(t, err.Error(), tc.message, name)
+				assert.Nil(t, p, name)
+			}
+			if tc.sem != nil {
+				err := tc.sem.Do(tc.ctx, tc.ttl, func(context.Context) error { return nil })
+				require.ErrorIs(t, err, redlock.ErrInvalid)
+			}
+			assert.Equal(t, before, c.gets(), "a network call was made")
+		})
+	}
+
+	// Asked for, the configuration without fault tolerance works, on every node.
+	p, err := client.Semaphore("s", 4, redlock.AllowNoFaultTolerance()).TryAcquire(ctx, time.Second)
+	require.NoError(t, err)
+	c.settle(t)
+	assert.Equal(t, 5, c.holding("s", p.Value()))
+	require.NoError(t, p.Release(ctx))
+
+	// One node has no failure to tolerate, whatever K.
+	one := newCluster(t, 1)
+	p, err = one.client(t).Semaphore("s", 7).TryAcquire(ctx, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, p.Release(ctx))
+
+	// A nil function, and the nil *Permit of a failed Acquire.
+	require.ErrorIs(t, client.Semaphore("s", 2).Do(ctx, time.Second, nil), redlock.ErrInvalid)
+	var nilPermit *redlock.Permit
+	require.ErrorIs(t, nilPermit.Extend(ctx, time.Second), redlock.ErrInvalid)
+	require.ErrorIs(t, nilPermit.Release(ctx), redlock.ErrInvalid)
+	assert.True(t, nilPermit.Until().IsZero())
+	assert.Zero(t, nilPermit.Held())
+	assert.Empty(t, nilPermit.Value())
+	select {
+	case <-nilPermit.Done():
+	default:
+		t.Error("the nil *Permit's Done is open")
+	}
+
+	// A permit's own calls check their arguments too.
+	p, err = client.Semaphore("s", 2).TryAcquire(ctx, time.Second)
+	require.NoError(t, err)
+	require.ErrorIs(t, p.Extend(ctx, 0), redlock.ErrInvalid)
+	require.ErrorIs(t, p.Extend(nil, time.Second), redlock.ErrInvalid) //nolint:staticcheck // nil ctx on purpose
+	require.ErrorIs(t, p.Release(nil), redlock.ErrInvalid)             //nolint:staticcheck // nil ctx on purpose
+	require.NoError(t, p.Release(ctx))
+
+	// A closed Client.
+	require.NoError(t, client.Close())
+	_, err = client.Semaphore("s", 2).TryAcquire(ctx, time.Second)
+	require.ErrorIs(t, err, redlock.ErrInvalid)
+}
+
+// K permits are granted and the next is refused; a release frees one; and
+// the refused attempt leaves no token of its own behind.
+func TestSemaphoreAdmitsK(t *testing.T) {
+	for _, tc := range []struct{ n, k int }{{1, 1}, {3, 1}, {5, 1}, {5, 2}, {5, 3}, {7, 3}, {9, 4}} {
+		t.Run(fmt.Sprintf("N=%d/K=%d", tc.n, tc.k), func(t *testing.T) {
+			c := newCluster(t, tc.n)
+			s := c.client(t).Semaphore("pool", tc.k)
+			ctx := context.Background()
+			var held []*redlock.Permit
+			for range tc.k {
+				p, err := s.TryAcquire(ctx, time.Minute)
+				require.NoError(t, err)
+				held = append(held, p)
+				c.settle(t) // the stragglers too, so that every node holds it
+			}
+			_, err := s.TryAcquire(ctx, time.Minute)
+			require.ErrorIs(t, err, redlock.ErrNotObtained)
+			c.settle(t)
+			var want []string
+			for _, p := range held {
+				want = append(want, p.Value())
+			}
+			slices.Sort(want)
+			for i, ms := range c.members("pool") {
+				assert.Equal(t, want, ms, "node %d holds exactly the K holders' tokens", i)
+			}
+
+			require.NoError(t, held[0].Release(ctx))
+			c.settle(t)
+			assert.Zero(t, c.holding("pool", held[0].Value()), "a released token is on no node")
+			p, err := s.TryAcquire(ctx, time.Minute)
+			require.NoError(t, err, "a released permit is free again")
+			for _, p := range append(held[1:], p) {
+				require.NoError(t, p.Release(ctx))
+			}
+			c.settle(t)
+			for i, m := range c.nodes {
+				assert.False(t, m.Exists("pool"), "node %d: the empty set is deleted", i)
+			}
+		})
+	}
+}
+
+// Every subset of full nodes, for K=2 on N=5 (quorum 4): a permit is
+// granted exactly when q nodes have room, and a refused attempt removes its
+// token from every node that admitted it.
+func TestSemaphoreEveryFullSubset(t *testing.T) {
+	const n, k = 5, 2
+	c := newCluster(t, n)
+	client := c.client(t)
+	ctx := context.Background()
+	for mask := 0; mask < 1<<n; mask++ {
+		key := fmt.Sprintf("full-%d", mask)
+		s := client.Semaphore(key, k)
+		require.Equal(t, 4, s.Quorum())
+		for i := range n {
+			if mask&(1<<i) != 0 {
+				c.fill(t, i, key, k)
+			}
+		}
+		free := n - bits.OnesCount(uint(mask))
+		p, err := s.TryAcquire(ctx, time.Minute)
+		c.settle(t)
+		if free >= s.Quorum() {
+			require.NoError(t, err, "mask %05b", mask)
+			assert.Equal(t, free, c.holding(key, p.Value()), "mask %05b: every node with room admitted the token", mask)
+			require.NoError(t, p.Release(ctx))
+			c.settle(t)
+		} else {
+			require.ErrorIs(t, err, redlock.ErrNotObtained, "mask %05b", mask)
+			assert.Contains(t, err.Error(), "4 needed")
+		}
+		for i, ms := range c.members(key) {
+			if mask&(1<<i) != 0 {
+				assert.Equal(t, []string{"other-0", "other-1"}, ms, "mask %05b node %d: others' tokens untouched", mask, i)
+			} else {
+				assert.Empty(t, ms, "mask %05b node %d still holds a token", mask, i)
+			}
+		}
+	}
+}
+
+// Every subset of failed nodes, for each kind of failure, for K=2 on N=5:
+// Acquire, Extend and Release each need 4 working nodes; errors
+// name every failed node; and nothing of a failed acquisition is left on
+// any node, even where the reply was lost after the script ran.
+func TestSemaphoreEveryFailingSubset(t *testing.T) {
+	const n, k = 5, 2
+	kinds := map[string]fault{"down": failing, "lost reply": lostReply, "error reply": errorReply}
+	for name, kind := range kinds {
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, n)
+			client := c.client(t)
+			ctx := context.Background()
+			for mask := 0; mask < 1<<n; mask++ {
+				key := fmt.Sprintf("fail-%d", mask)
+				s := client.Semaphore(key, k)
+				working := n - bits.OnesCount(uint(mask))
+				setFaults := func() {
+					for i, p := range c.pools {
+						if mask&(1<<i) != 0 {
+							p.set(kind)
+						} else {
+							p.set(healthy)
+						}
+					}
+				}
+				heal := func() {
+					for _, p := range c.pools {
+						p.set(healthy)
+					}
+				}
+
+				// Acquire.
+				setFaults()
+				p, err := s.TryAcquire(ctx, time.Minute)
+				c.settle(t)
+				heal()
+				if working < 4 {
+					require.ErrorIs(t, err, redlock.ErrNotObtained, "mask %05b", mask)
+					failed := nodeErrors(err, nil)
+					for i := range n {
+						assert.Equal(t, mask&(1<<i) != 0, failed[i], "mask %05b: node %d named in %v", mask, i, err)
+					}
+					for i, ms := range c.members(key) {
+						assert.Empty(t, ms, "mask %05b: node %d keeps a token of a failed acquisition", mask, i)
+					}
+				} else {
+					require.NoError(t, err, "mask %05b", mask)
+				}
+
+				// Extend and Release of a permit held on every node.
+				if p == nil {
+					p, err = s.TryAcquire(ctx, time.Minute)
+					require.NoError(t, err)
+				}
+				c.settle(t)
+				setFaults()
+				err = p.Extend(ctx, time.Minute)
+				if working >= 4 {
+					require.NoError(t, err, "Extend, mask %05b", mask)
+				} else {
+					require.ErrorIs(t, err, redlock.ErrNotObtained, "Extend, mask %05b", mask)
+					assert.NotErrorIs(t, err, redlock.ErrLockLost, "failures prove no loss")
+				}
+				err = p.Release(ctx)
+				c.settle(t)
+				heal()
+				if working >= 4 {
+					require.NoError(t, err, "Release, mask %05b", mask)
+				} else {
+					require.Error(t, err, "Release, mask %05b", mask)
+					assert.NotErrorIs(t, err, redlock.ErrLockLost, "failures prove no loss")
+					require.NoError(t, p.Release(ctx), "a retry on healed nodes")
+				}
+				c.settle(t)
+				if kind != errorReply && kind != failing {
+					// A lost reply ran the removal: nothing is left.
+					for i, ms := range c.members(key) {
+						assert.Empty(t, ms, "mask %05b: node %d after Release", mask, i)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Only the holder can extend or release its permit: a token that is gone
+// from the nodes (here removed by hand, as after a flush) is refused, with
+// ErrLockLost, and the other holders' tokens are never touched.
+func TestSemaphoreNonHolder(t *testing.T) {
+	c := newCluster(t, 5)
+	s := c.client(t).Semaphore("s", 2)
+	ctx := context.Background()
+	a, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	b, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	scores := func(token string) []float64 {
+		var out []float64
+		for _, m := range c.nodes {
+			sc, err := m.ZScore("s", token)
+			require.NoError(t, err)
+			out = append(out, sc)
+		}
+		return out
+	}
+	before := scores(a.Value())
+	for _, m := range c.nodes {
+		_, err := m.ZRem("s", b.Value())
+		require.NoError(t, err)
+	}
+
+	err = b.Extend(ctx, time.Hour)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	err = b.Release(ctx)
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	c.settle(t)
+	assert.Equal(t, before, scores(a.Value()), "the holder's token is untouched")
+	assert.Equal(t, 5, c.holding("s", a.Value()))
+	assert.Zero(t, c.holding("s", b.Value()), "Extend revived a token that was gone")
+
+	// A released permit is no longer held: it cannot be extended.
+	require.NoError(t, a.Release(ctx))
+	require.ErrorIs(t, a.Extend(ctx, time.Minute), redlock.ErrExpired)
+	require.ErrorIs(t, a.Release(ctx), redlock.ErrExpired, "a second Release")
+}
+
+// Extend never shortens a token's expiry, lengthens it when asked for more,
+// and keeps the set's own ttl at least its latest score.
+func TestSemaphoreExtendNeverShortens(t *testing.T) {
+	c := newCluster(t, 3)
+	s := c.client(t).Semaphore("s", 1)
+	ctx := context.Background()
+	p, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	score := func(i int) time.Time {
+		sc, err := c.nodes[i].ZScore("s", p.Value())
+		require.NoError(t, err)
+		return time.UnixMilli(int64(sc))
+	}
+	first := score(0)
+	assert.WithinDuration(t, time.Now().Add(time.Minute), first, 5*time.Second, "score is the expiry on the node's clock")
+	assert.InDelta(t, time.Minute.Seconds(), c.nodes[0].TTL("s").Seconds(), 5, "the set lives as long as its latest member")
+
+	require.NoError(t, p.Extend(ctx, time.Second))
+	c.settle(t)
+	assert.Equal(t, first, score(0), "a shorter Extend shortened the token")
+	assert.True(t, p.Until().Before(time.Now().Add(time.Second)), "Until follows the ttl asked for")
+
+	require.NoError(t, p.Extend(ctx, time.Hour))
+	c.settle(t)
+	for i := range c.nodes {
+		assert.WithinDuration(t, time.Now().Add(time.Hour), score(i), 5*time.Second, "node %d", i)
+		assert.InDelta(t, time.Hour.Seconds(), c.nodes[i].TTL("s").Seconds(), 5, "node %d: the set's ttl follows its latest score", i)
+	}
+	require.NoError(t, p.Release(ctx))
+}
+
+// Expiry is judged by each node's clock inside the scripts: once the nodes'
+// time passes the holders' scores, their tokens no longer count, are removed
+// by the next acquisition, and cannot be extended.
+func TestSemaphoreExpiredMembersRemoved(t *testing.T) {
+	c := newCluster(t, 5)
+	s := c.client(t).Semaphore("s", 2)
+	ctx := context.Background()
+	a, err := s.TryAcquire(ctx, time.Second)
+	require.NoError(t, err)
+	c.settle(t)
+	b, err := s.TryAcquire(ctx, time.Second)
+	require.NoError(t, err)
+	c.settle(t)
+	_, err = s.TryAcquire(ctx, time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	c.settle(t)
+	for _, m := range c.nodes {
+		m.SetTime(time.Now().Add(2 * time.Second)) // TIME, as the scripts read it
+	}
+	// b is still valid on the client's clock, but not on the nodes': its
+	// Extend is sent, refused, and must not revive it.
+	require.True(t, time.Now().Before(b.Until()))
+	err = b.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	c.settle(t)
+	assert.Zero(t, c.holding("s", b.Value()), "Extend revived an expired token")
+	p, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	for i, ms := range c.members("s") {
+		assert.Equal(t, []string{p.Value()}, ms, "node %d: expired tokens removed", i)
+	}
+	err = a.Extend(ctx, time.Minute)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, redlock.ErrExpired) || errors.Is(err, redlock.ErrNotObtained), "%v", err)
+	assert.Zero(t, c.holding("s", a.Value()), "Extend revived an expired token")
+	require.NoError(t, p.Release(ctx))
+}
+
+// Acquire waits for a permit to come free.
+func TestSemaphoreAcquireWaits(t *testing.T) {
+	c := newCluster(t, 3)
+	s := c.client(t, redlock.WithTries(1000), redlock.WithRetryDelay(time.Millisecond, 3*time.Millisecond)).Semaphore("s", 1)
+	ctx := context.Background()
+	held, err := s.Acquire(ctx, time.Minute)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		p, err := s.Acquire(ctx, time.Minute)
+		if err == nil {
+			err = p.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("Acquire returned %v while the only permit was held", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, held.Release(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire still waiting 5s after the permit was released")
+	}
+
+	// With the permit held, Acquire gives up when ctx ends, with ctx's error.
+	held, err = s.Acquire(ctx, time.Minute)
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	_, err = s.Acquire(short, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, held.Release(ctx))
+}
+
+// Done closes when the permit's validity ends, not before, and at once on
+// Release.
+func TestSemaphorePermitDone(t *testing.T) {
+	c := newCluster(t, 5)
+	s := c.client(t).Semaphore("s", 2)
+	ctx := context.Background()
+	p, err := s.TryAcquire(ctx, 200*time.Millisecond)
+	require.NoError(t, err)
+	select {
+	case <-p.Done():
+		assert.False(t, time.Now().Before(p.Until()), "Done closed %v before Until", time.Until(p.Until()))
+	case <-time.After(2 * time.Second):
+		t.Fatal("Done not closed within 2s of a 200ms permit")
+	}
+	assert.Less(t, time.Since(p.Until()), 500*time.Millisecond, "Done closed long after Until")
+	require.ErrorIs(t, p.Release(ctx), redlock.ErrExpired, "a permit released after its validity")
+
+	p, err = s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	done := p.Done()
+	require.NoError(t, p.Release(ctx))
+	select {
+	case <-done:
+	default:
+		t.Fatal("Done still open after Release")
+	}
+	assert.True(t, p.Until().IsZero())
+}
+
+// Semaphore.Do holds the permit while fn runs, extending it past several
+// ttls, and releases it after.
+func TestSemaphoreDoHolds(t *testing.T) {
+	c := newCluster(t, 5)
+	s := c.client(t).Semaphore("s", 2)
+	const ttl = 150 * time.Millisecond
+	var during int
+	var held *redlock.Permit
+	err := s.Do(context.Background(), ttl, func(ctx context.Context) error {
+		held = redlock.HeldPermit(ctx)
+		if held == nil || !time.Now().Before(held.Until()) {
+			return errors.New("no valid permit in fn's context")
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(4 * ttl):
+		}
+		c.settle(t)
+		for _, ms := range c.members("s") {
+			during += len(ms)
+		}
+		return errors.New("fn's own error")
+	})
+	require.EqualError(t, err, "fn's own error")
+	assert.Equal(t, 5, during, "the permit's token was on every node while fn ran")
+	assert.True(t, held.Until().IsZero(), "released after Do")
+	assert.Nil(t, redlock.HeldPermit(context.Background()))
+	c.settle(t)
+	for i, ms := range c.members("s") {
+		assert.Empty(t, ms, "node %d after Do", i)
+	}
+}
+
+// When the nodes refuse an extension because the token is gone, Do cancels
+// fn's context with ErrLockLost, and returns it.
+func TestSemaphoreDoCancelsOnLoss(t *testing.T) {
+	c := newCluster(t, 5)
+	s := c.client(t).Semaphore("s", 2)
+	const ttl = 3 * time.Second
+	var cause error
+	var lostAt time.Time
+	err := s.Do(context.Background(), ttl, func(ctx context.Context) error {
+		c.settle(t)
+		lostAt = time.Now()
+		for _, m := range c.nodes {
+			m.FlushAll()
+		}
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(ttl + time.Second):
+			return errors.New("fn's context never ended")
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	require.ErrorIs(t, cause, redlock.ErrLockLost)
+	assert.True(t, strings.Contains(cause.Error(), "refused"), "cause %v", cause)
+	assert.Less(t, time.Since(lostAt), ttl/3+time.Second, "cancelled at the first refused extension, not at expiry")
+
+	// Not acquired: fn does not run.
+	full := c.client(t).Semaphore("full", 1)
+	p, err := full.TryAcquire(context.Background(), time.Minute)
+	require.NoError(t, err)
+	ran := false
+	err = full.Do(context.Background(), time.Minute, func(context.Context) error { ran = true; return nil })
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.False(t, ran)
+	require.NoError(t, p.Release(context.Background()))
+}
+
+// Release right after Acquire, before the goroutine that sends one node's
+// admission has even run: the removal reaches that node first, so the
+// admission's goroutine must remove the token again once it returns, or the
+// token would take a slot until its ttl.
+func TestSemaphoreReleaseBeforeAdmissionIsSent(t *testing.T) {
+	c := newCluster(t, 5)
+	client := c.client(t)
+	s := client.Semaphore("unsent", 2)
+	ctx := context.Background()
+	warm, err := s.TryAcquire(ctx, time.Minute) // caches the scripts
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	c.settle(t)
+
+	ran := make(chan string, 10)
+	c.pools[4].onDone(func(cmd string) { ran <- cmd })
+	held := make(chan struct{})
+	undo := redlock.HoldNodeStart(client, 4, held)
+	p, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	undo() // Release's goroutine for node 4 runs at once
+	require.NoError(t, p.Release(ctx))
+	require.Equal(t, "EVALSHA", <-ran, "the removal ran on node 4 first")
+	close(held) // now node 4's admission goes out, after the removal
+	c.settle(t)
+	for i, ms := range c.members("unsent") {
+		assert.Empty(t, ms, "node %d", i)
+	}
+}
+
+// Acquire does not retry when so many nodes refuse the command itself that
+// no quorum is possible: for K=2 on N=5, two such nodes already leave only
+// three, fewer than the quorum of 4 (a majority would still be possible).
+func TestSemaphoreHopelessNotRetried(t *testing.T) {
+	c := newCluster(t, 5)
+	s := c.client(t, redlock.WithTries(50)).Semaphore("s", 2)
+	c.pools[0].set(errorReply)
+	c.pools[3].set(errorReply)
+	before := c.gets()
+	_, err := s.Acquire(context.Background(), time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Contains(t, err.Error(), "not retried")
+	// One attempt and its undo, each sent to 5 nodes and resent once after
+	// NOSCRIPT: at most 20 batches, where 50 attempts would send hundreds.
+	assert.LessOrEqual(t, c.gets()-before, 20)
+}
+
+// With an Observer, every node's answer to each of a permit's rounds is
+// reported, under one ID per round, with the semaphore's key and the
+// round's Op; the semaphore reports no call-level events.
+func TestSemaphoreObserverSeesNodes(t *testing.T) {
+	c := newCluster(t, 3)
+	rec := &recorder{}
+	s := c.client(t, redlock.WithObserver(rec)).Semaphore("obs", 1)
+	ctx := context.Background()
+	p, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	// Each round returns on a quorum; a straggler's first script on a node
+	// is resent after NOSCRIPT, and the next round's may overtake it. Let
+	// each round finish, so that every node agrees to every round.
+	c.settle(t)
+	require.NoError(t, p.Extend(ctx, time.Minute))
+	c.settle(t)
+	require.NoError(t, p.Release(ctx))
+	c.settle(t)
+	ids := map[redlock.Op]map[uint64]int{}
+	for _, e := range rec.kinds(redlock.EventNode) {
+		assert.Equal(t, "obs", e.Key)
+		assert.Equal(t, redlock.Agreed, e.Outcome, "node %d, op %v: %v", e.Node, e.Op, e.Err)
+		if ids[e.Op] == nil {
+			ids[e.Op] = map[uint64]int{}
+		}
+		ids[e.Op][e.ID]++
+	}
+	for _, op := range []redlock.Op{redlock.OpAcquire, redlock.OpExtend, redlock.OpRelease} {
+		require.Len(t, ids[op], 1, "one round of %v", op)
+		for id, n := range ids[op] {
+			assert.NotZero(t, id, "%v", op)
+			assert.Equal(t, 3, n, "every node's answer to %v", op)
+		}
+	}
+	assert.Empty(t, rec.kinds(redlock.EventAcquired))
+}
