@@ -41,6 +41,11 @@ import (
 // probability 1/lanes.
 const lanes = 16
 
+// multiplexLanes is how many of them a node uses whose Pool multiplexes
+// concurrent calls itself (Multiplexer). A power of two that divides lanes,
+// so that a key keeps one lane on every node: laneOf(key) & (n-1).
+const multiplexLanes = 2
+
 // laneOf returns key's lane: its FNV-1a hash, modulo lanes.
 func laneOf(key string) int {
 	h := uint32(2166136261)

@@ -33,8 +33,10 @@ import (
 //
 // Optional capabilities are found by type assertion, as database/sql finds
 // driver.Pinger: a Pool that also implements Namer names its master in
-// errors, one that implements Validator is checked by New, and one that
-// implements Subscriber can wake waiters on release.
+// errors, one that implements Validator is checked by New, one that
+// implements Subscriber can wake waiters on release, and one that implements
+// DeadlineHonorer lets a one-node Client skip a goroutine per round, and one
+// that implements Multiplexer gets fewer, larger batches.
 
 // A Pool is the port to one independent Redis master. Implementations must
 // be safe for concurrent use.
@@ -136,6 +138,40 @@ type Validator interface {
 // and must not block for long.
 type Subscriber interface {
 	Subscribe(ctx context.Context, channel string, ready func(), deliver func(payload string)) error
+}
+
+// A DeadlineHonorer is a Pool that can promise to keep its context's
+// deadline. HonorsDeadline reports true only if every Exec returns by ctx's
+// deadline, give or take scheduling, whatever the master, the network or
+// the driver's own pool do: no step of it (waiting for a connection,
+// dialling, writing, reading) may wait past that deadline. It may depend on
+// how the driver was configured; the core asks once, in New.
+//
+// The core trusts the promise: a Client of one node whose Pool honours
+// deadlines runs each operation on the caller's goroutine instead of
+// starting one and waiting for it with a timer of its own (inline.go), which
+// halved an uncontended Lock+Unlock's time on go-redis in docs/benchmarks.md.
+// A Pool that breaks the promise then holds the caller for as long as it
+// runs; one that does not implement DeadlineHonorer, or reports false, stays
+// bounded by the core's node timeout. A cancelled ctx is seen once Exec
+// returns, by the deadline.
+type DeadlineHonorer interface {
+	HonorsDeadline() bool
+}
+
+// A Multiplexer is a Pool whose driver pipelines concurrent Exec calls onto
+// shared connections by itself, as rueidis's and valkey-go's auto-pipelining
+// do. Multiplexes reports whether it does, for this Pool's client.
+//
+// The core then spreads a node's commands over fewer pipe lanes
+// (multiplexLanes rather than 16; pipe.go), so that concurrent callers'
+// commands reach Exec in fewer, larger batches. Separate lanes pay off when
+// each batch needs a connection and a round trip of its own, as with redigo;
+// through a driver that already merges every caller's commands into shared
+// writes, each batch costs a hand-off through the driver's queue and a
+// wake-up, and fewer batches are cheaper (docs/benchmarks.md).
+type Multiplexer interface {
+	Multiplexes() bool
 }
 
 // classify turns one reply into what the core acts on: a value, or an error.
@@ -260,12 +296,25 @@ type node struct {
 	name  string // the master's address, if its Pool is a Namer
 	pool  Pool
 	lanes [lanes]pipe // batch the commands of concurrent callers (pipe.go)
+
+	// inline: the Pool honours its deadlines (DeadlineHonorer), so that a
+	// round of one node may run on the caller's goroutine (inline.go).
+	inline bool
+	// laneMask maps a key's lane (laneOf) to the lane used on this node:
+	// lanes-1, or multiplexLanes-1 for a Multiplexer.
+	laneMask int
 }
 
 func newNode(index int, pool Pool) *node {
-	n := &node{index: index, pool: pool}
+	n := &node{index: index, pool: pool, laneMask: lanes - 1}
 	if namer, ok := pool.(Namer); ok {
 		n.name = namer.Name()
+	}
+	if h, ok := pool.(DeadlineHonorer); ok {
+		n.inline = h.HonorsDeadline()
+	}
+	if m, ok := pool.(Multiplexer); ok && m.Multiplexes() {
+		n.laneMask = multiplexLanes - 1
 	}
 	return n
 }
@@ -371,7 +420,7 @@ func (n *node) command(ctx context.Context, deadline time.Time, cmd Command) (an
 // round trips, and classifies the reply. It clears this node's bit in
 // unsent, if given, the moment the command takes its place in the pipe.
 func (n *node) send(ctx context.Context, deadline time.Time, lane int, unsent *atomic.Uint64, name string, firstKey, numKeys int, args ...any) (any, error) {
-	p := &n.lanes[lane]
+	p := &n.lanes[lane&n.laneMask]
 	c := p.newCall(ctx, deadline, name, firstKey, numKeys, args)
 	c.unsent, c.bit = unsent, 1<<n.index
 	p.send(n.pool, c)

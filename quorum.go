@@ -188,6 +188,10 @@ func causeOrder(err error) int {
 //
 // A round therefore takes at most one node timeout, plus one more for the
 // undo of a lost acquisition.
+//
+// A round of one node whose Pool honours its deadlines runs on the caller's
+// goroutine instead (fanoutInline), under the same rules but one: ctx's
+// cancellation is seen once the node's op returns, by the node deadline.
 func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	n := len(c.nodes)
 	t = tally{n: n, quorum: c.quorum}
@@ -202,6 +206,9 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 			c.undoEvery(ctx, r)
 		}
 		return false, t
+	}
+	if n == 1 && c.nodes[0].inline {
+		return c.fanoutInline(ctx, r, t) // no goroutine: see inline.go
 	}
 
 	deadline := c.nodeDeadline(ctx)

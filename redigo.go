@@ -25,12 +25,17 @@ import (
 type RedigoPool struct {
 	*redis.Pool
 	Addr string
+
+	// keepsDeadline: the pool was made by NewPool, whose dialling and
+	// reading follow ctx (HonorsDeadline).
+	keepsDeadline bool
 }
 
 var (
-	_ Pool       = (*RedigoPool)(nil)
-	_ Namer      = (*RedigoPool)(nil)
-	_ Subscriber = (*RedigoPool)(nil)
+	_ Pool            = (*RedigoPool)(nil)
+	_ Namer           = (*RedigoPool)(nil)
+	_ Subscriber      = (*RedigoPool)(nil)
+	_ DeadlineHonorer = (*RedigoPool)(nil)
 )
 
 // Production defaults for NewPool. They are a backstop for connections that
@@ -59,11 +64,21 @@ func NewPool(addr string, opts ...redis.DialOption) *RedigoPool {
 		redis.DialReadTimeout(poolIOTimeout),
 		redis.DialWriteTimeout(poolIOTimeout),
 	}, opts...)
-	return &RedigoPool{Addr: addr, Pool: &redis.Pool{
+	return &RedigoPool{Addr: addr, keepsDeadline: true, Pool: &redis.Pool{
 		MaxIdle:     poolMaxIdle,
 		IdleTimeout: poolIdleTimeout,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", addr, dialOpts...)
+			opts := dialOpts
+			if dl, ok := ctx.Deadline(); ok {
+				// redigo's TLS handshake does not look at ctx, only at its
+				// own timeout: end it at ctx's deadline too (HonorsDeadline).
+				left := time.Until(dl)
+				if left <= 0 {
+					return nil, context.DeadlineExceeded
+				}
+				opts = append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialTLSHandshakeTimeout(min(left, poolIOTimeout)))
+			}
+			return redis.DialContext(ctx, "tcp", addr, opts...)
 		},
 		TestOnBorrowContext: func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
 			if time.Since(lastUsed) < poolCheckIdle {
@@ -78,6 +93,18 @@ func NewPool(addr string, opts ...redis.DialOption) *RedigoPool {
 		},
 	}}
 }
+
+// HonorsDeadline implements DeadlineHonorer. It reports true for a pool made
+// by NewPool: dialling (the TLS handshake, AUTH, CLIENT SETNAME and SELECT
+// included) follows ctx, the PING on borrow and every read have a deadline
+// at ctx's, and a connection whose read timed out is discarded, so that the
+// next batch starts on an empty one. Writes keep the connection's write
+// timeout (one second), but a write waits only while the kernel's send
+// buffer is full, which a batch of lock commands (a few hundred bytes per
+// caller) fills only with thousands of callers queued on one unreachable
+// master. A RedigoPool built around a program's own *redis.Pool reports
+// false: its Dial may ignore ctx.
+func (p *RedigoPool) HonorsDeadline() bool { return p.keepsDeadline }
 
 // Name returns Addr.
 func (p *RedigoPool) Name() string { return p.Addr }

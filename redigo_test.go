@@ -50,3 +50,17 @@ func TestRedigoPoolWrapsAnExistingPool(t *testing.T) {
 		t.Errorf("node holds %q, want the token %q", got, l.Value())
 	}
 }
+
+// Only NewPool's pools promise to keep their deadlines: a program's own
+// *redis.Pool may dial without looking at ctx.
+func TestRedigoHonorsDeadline(t *testing.T) {
+	p := redlock.NewPool("127.0.0.1:1")
+	defer p.Close()
+	if !p.HonorsDeadline() {
+		t.Error("NewPool's pool does not report HonorsDeadline")
+	}
+	own := &redlock.RedigoPool{Pool: &redis.Pool{}, Addr: "127.0.0.1:1"}
+	if own.HonorsDeadline() {
+		t.Error("a RedigoPool around a program's own pool reports HonorsDeadline")
+	}
+}

@@ -49,7 +49,7 @@ func dialRedigo(b testing.TB, addrs []string) ([]redlock.Pool, []redsyncredis.Po
 	mine := make([]redlock.Pool, len(addrs))
 	theirs := make([]redsyncredis.Pool, len(addrs))
 	for i, p := range newPools(b, addrs) {
-		mine[i] = &redlock.RedigoPool{Pool: p, Addr: addrs[i]}
+		mine[i] = redlockPool(p)
 		theirs[i] = redigo.NewPool(p)
 	}
 	return mine, theirs

@@ -122,7 +122,7 @@ type redlockLocker struct{ c *redlock.Client }
 func newRedlock(pools []*redis.Pool) locker {
 	ps := make([]redlock.Pool, len(pools))
 	for i, p := range pools {
-		ps[i] = &redlock.RedigoPool{Pool: p}
+		ps[i] = redlockPool(p)
 	}
 	return newRedlockOver(ps)
 }

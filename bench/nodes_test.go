@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,10 +39,13 @@ func startNodes(b testing.TB, n int) []string {
 func newPools(b testing.TB, addrs []string) []*redis.Pool {
 	pools := make([]*redis.Pool, len(addrs))
 	for i, a := range addrs {
-		pools[i] = redlock.NewPool(a).Pool
+		rp := redlock.NewPool(a)
+		pools[i] = rp.Pool
+		madeByNewPool.Store(rp.Pool, rp)
 	}
 	b.Cleanup(func() {
 		for _, p := range pools {
+			madeByNewPool.Delete(p)
 			p.Close()
 		}
 	})
@@ -81,4 +85,17 @@ func checkSlow(b testing.TB, addr string, min time.Duration) {
 	if d := time.Since(start); d < min {
 		b.Fatalf("PING through the slow proxy took %v, want at least %v", d, min)
 	}
+}
+
+// madeByNewPool maps each *redis.Pool of newPools to the *redlock.RedigoPool
+// that NewPool made around it, so that redlock uses that one: a RedigoPool
+// around a bare *redis.Pool does not declare redlock.DeadlineHonorer.
+var madeByNewPool sync.Map
+
+// redlockPool returns the RedigoPool NewPool made around p.
+func redlockPool(p *redis.Pool) *redlock.RedigoPool {
+	if rp, ok := madeByNewPool.Load(p); ok {
+		return rp.(*redlock.RedigoPool)
+	}
+	return &redlock.RedigoPool{Pool: p}
 }

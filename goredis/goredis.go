@@ -21,10 +21,11 @@ type Pool struct {
 }
 
 var (
-	_ redlock.Pool       = (*Pool)(nil)
-	_ redlock.Namer      = (*Pool)(nil)
-	_ redlock.Validator  = (*Pool)(nil)
-	_ redlock.Subscriber = (*Pool)(nil)
+	_ redlock.Pool            = (*Pool)(nil)
+	_ redlock.Namer           = (*Pool)(nil)
+	_ redlock.Validator       = (*Pool)(nil)
+	_ redlock.Subscriber      = (*Pool)(nil)
+	_ redlock.DeadlineHonorer = (*Pool)(nil)
 )
 
 // NewPool returns the Pool for client, named by the address in its options
@@ -55,6 +56,27 @@ var (
 	errNilClient = errors.New("goredis: nil client")
 	errRing      = errors.New("goredis: a *redis.Ring is not one Redlock member; make a Pool of each shard's *redis.Client instead")
 )
+
+// HonorsDeadline implements redlock.DeadlineHonorer. It reports true for a
+// *redis.Client of one standalone master, without TLS, whose options set
+// ContextTimeoutEnabled: go-redis then sets every read and write deadline
+// from ctx, and it waits for a pooled connection and dials under ctx.
+// Without ContextTimeoutEnabled go-redis ignores ctx's deadline on the
+// socket and waits ReadTimeout and WriteTimeout instead; a TLS dial ignores
+// ctx and waits DialTimeout (see Deadlines in the package doc). A Sentinel
+// failover client
+// resolves its master under a lock of its own, and a ClusterClient may
+// reload the cluster's layout, neither bounded by ctx; they, and any other
+// client, report false, so that the core's node timeout bounds them (see
+// redlock.DeadlineHonorer).
+func (p *Pool) HonorsDeadline() bool {
+	c, ok := p.client.(*redis.Client)
+	if !ok || p.err != nil {
+		return false
+	}
+	opt := c.Options()
+	return opt.ContextTimeoutEnabled && opt.TLSConfig == nil && opt.Addr != failoverAddr
+}
 
 // Valid implements redlock.Validator: it reports a nil client or a Ring.
 func (p *Pool) Valid() error { return p.err }

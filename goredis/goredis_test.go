@@ -3,6 +3,7 @@ package goredis_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -527,5 +528,31 @@ func TestSubscribeSilentServer(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Subscribe still running 5s after its server went silent")
+	}
+}
+
+// Only a standalone client without TLS and with ContextTimeoutEnabled
+// promises to keep its deadlines.
+func TestHonorsDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   bool
+	}{
+		{"ContextTimeoutEnabled", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), true},
+		{"default options", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), false},
+		{"TLS", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, TLSConfig: &tls.Config{}}), false},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), false},
+		{"failover", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), false},
+		{"nil", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.client != nil {
+				defer tc.client.Close()
+			}
+			if got := goredis.NewPool(tc.client).HonorsDeadline(); got != tc.want {
+				t.Errorf("HonorsDeadline() = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -27,6 +27,9 @@
 //     answer) cost no call more than its bound, with a minority and a
 //     majority of them; a Pool dialled while its server is paused works once
 //     it resumes.
+//   - FrozenSingleNode: the same for a Client of one node, the case in which
+//     a Pool that declares redlock.DeadlineHonorer is trusted to end its own
+//     calls; such a Pool's Exec must also return by its deadline.
 //   - ErrorReplies: NOPERM, NOAUTH, OOM, READONLY, WRONGTYPE, MOVED and LOADING
 //     from real servers (LOADING from a stand-in that answers every command
 //     that way) never count as agreement, and reach the caller as a
@@ -97,6 +100,7 @@ func Run(t *testing.T, a Adapter) {
 	t.Run("Race", k.race)
 	t.Run("Fencing", k.fencing)
 	t.Run("FrozenNode", k.frozenNode)
+	t.Run("FrozenSingleNode", k.frozenSingleNode)
 	t.Run("ErrorReplies", k.errorReplies)
 	t.Run("TLS", k.tls)
 	t.Run("ACL", k.acl)
@@ -735,5 +739,56 @@ func (k *kit) cluster(t *testing.T) {
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("Unlock on the two surviving members: %v", err)
+	}
+}
+
+// frozenSingleNode: a Client of one frozen node fails within its bounds. A
+// Pool that declares redlock.DeadlineHonorer runs such a Client's rounds on
+// the caller's goroutine, with no timer of the core's to end them, so this
+// is where its promise shows; its Exec is also checked directly.
+func (k *kit) frozenSingleNode(t *testing.T) {
+	servers := start(t, 1)
+	pool := k.a.Dial(t, Server{Addr: servers[0].Addr})
+	c := newClient(t, []redlock.Pool{pool})
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "kit:frozen1", 10*time.Second) // warms a connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { servers[0].Resume() })
+
+	const slack = 750 * time.Millisecond // a loaded machine under -race
+	timed := func(what string, bound time.Duration, f func() error) error {
+		t.Helper()
+		start := time.Now()
+		err := f()
+		if d := time.Since(start); d > bound+slack {
+			t.Errorf("%s took %v, want at most %v (+%v slack)", what, d, bound, slack)
+		}
+		return err
+	}
+	if h, ok := pool.(redlock.DeadlineHonorer); ok && h.HonorsDeadline() {
+		err := timed("Exec on a frozen server", nodeTimeout, func() error {
+			ctx, cancel := context.WithTimeout(ctx, nodeTimeout)
+			defer cancel()
+			return pool.Exec(ctx, []redlock.Command{{Name: "PING"}}, make([]redlock.Reply, 1))
+		})
+		if err == nil {
+			t.Error("Exec on a frozen server succeeded")
+		}
+	}
+	// The SET times out, and so does its undo: two node timeouts.
+	err = timed("TryLock on a frozen node", 2*nodeTimeout, func() error {
+		_, err := c.TryLock(ctx, "kit:frozen1:2", 10*time.Second)
+		return err
+	})
+	if !errors.Is(err, redlock.ErrNotObtained) || !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Errorf("TryLock on a frozen node: %v, want ErrNotObtained with ErrNodeTimeout", err)
+	}
+	if err := timed("Unlock on a frozen node", nodeTimeout, func() error { return l.Unlock(ctx) }); !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Errorf("Unlock on a frozen node: %v, want ErrNodeTimeout", err)
 	}
 }

@@ -42,19 +42,25 @@
 // Exec sends one command by Client.Do and a batch by Client.DoMulti, which
 // writes the batch at once on one connection and returns the replies in
 // order. The core already groups the commands that concurrent callers send
-// to a node into batches, one batch at a time per key lane, 16 lanes per
-// node (pipe.go in redlock); rueidis's auto-pipelining then merges the
-// batches of different lanes into shared writes. Sending a batch command by
-// command instead, and leaving all the merging to auto-pipelining, would
-// need a round trip per command, or, from a goroutine per command, would
-// lose the order of the commands on one key, which the port requires (an
-// Unlock's release must not overtake its own SET). BenchmarkBatching
-// measures them: Lock+Unlock over three local masters on two vCPUs, medians
-// of six runs. With 128 goroutines (3.9 commands per batch) an operation
-// took 121 µs with DoMulti, 266 µs with one Do per command and 166 µs with
-// a goroutine per command; with 2 and 16 goroutines (one or two commands
-// per batch) DoMulti and one Do per command were within noise of each
-// other, and a goroutine per command was 52% slower with 2.
+// to a node into batches, one batch at a time per key lane (pipe.go in
+// redlock); rueidis's auto-pipelining then merges the batches of different
+// lanes into shared writes. Because it does, the Pool is a
+// redlock.Multiplexer, and the core gives it 2 lanes per node rather than
+// 16: larger batches, and fewer hand-offs through rueidis's queue, which
+// raised Lock+Unlock throughput at 128 goroutines by 1.4 to 1.5×
+// (docs/benchmarks.md).
+//
+// Sending a batch command by command instead, and leaving all the merging
+// to auto-pipelining, would need a round trip per command, or, from a
+// goroutine per command, would lose the order of the commands on one key,
+// which the port requires (an Unlock's release must not overtake its own
+// SET). BenchmarkBatching measures them: Lock+Unlock over three local
+// masters on two vCPUs, medians of six runs, with 16 lanes. With 128
+// goroutines (3.9 commands per batch) an operation took 121 µs with
+// DoMulti, 266 µs with one Do per command and 166 µs with a goroutine per
+// command; with 2 and 16 goroutines (one or two commands per batch) DoMulti
+// and one Do per command were within noise of each other, and a goroutine
+// per command was 52% slower with 2.
 //
 // ClientOption.DisableAutoPipelining, which gives each call a pooled
 // connection of its own, is the client's choice and works with this
@@ -105,6 +111,15 @@
 // returns context.DeadlineExceeded then, and rueidis drops the reply when
 // it comes. ClientOption.ConnWriteTimeout (10 s by default) is how long
 // rueidis waits on a silent connection before it closes it.
+//
+// The Pool does not implement redlock.DeadlineHonorer, and so a
+// redlock.Client of one such node still runs each operation on a goroutine
+// of its own, bounded by the core's timer. rueidis keeps the deadline on the
+// socket and while a command is queued, but not everywhere: a command that
+// finds its connection being re-established by another command waits for
+// that dial without looking at its own context (mux.go in v1.0.79), for as
+// long as the other command's context and ClientOption.DialTimeout (5 s by
+// default) allow, and the application's commands share the client.
 //
 // # Subscribe
 //

@@ -29,10 +29,11 @@ type Pool struct {
 }
 
 var (
-	_ redlock.Pool       = (*Pool)(nil)
-	_ redlock.Namer      = (*Pool)(nil)
-	_ redlock.Validator  = (*Pool)(nil)
-	_ redlock.Subscriber = (*Pool)(nil)
+	_ redlock.Pool        = (*Pool)(nil)
+	_ redlock.Namer       = (*Pool)(nil)
+	_ redlock.Validator   = (*Pool)(nil)
+	_ redlock.Subscriber  = (*Pool)(nil)
+	_ redlock.Multiplexer = (*Pool)(nil)
 )
 
 // NewPool returns a Pool that sends commands through client. Its Addr is the
@@ -74,6 +75,14 @@ func nodeNames(client rueidis.Client) string {
 
 // Name returns Addr.
 func (p *Pool) Name() string { return p.Addr }
+
+// Multiplexes implements redlock.Multiplexer: rueidis's auto-pipelining
+// merges the commands of concurrent calls into shared writes on one
+// connection, so the core sends this Pool fewer, larger batches. It reports
+// true even for a client made with DisableAutoPipelining, which the Pool
+// cannot see; such a client works as well, its batches just wait for a
+// pooled connection each (see Batching in the package doc).
+func (p *Pool) Multiplexes() bool { return true }
 
 // Exec sends one command by Client.Do, and several by Client.DoMulti, which
 // writes them in order on one connection (one per slot, for a cluster
