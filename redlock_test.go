@@ -463,10 +463,16 @@ func TestCancelWhileNodesHang(t *testing.T) {
 	c.settle(t)
 	c.pools[0].set(hanging)
 	c.pools[1].set(hanging)
-	for name, call := range map[string]func(context.Context) error{
-		"Extend": func(ctx context.Context) error { return l.Extend(ctx, time.Minute) },
-		"Unlock": l.Unlock,
+	// In this order: after Unlock has begun, the lock no longer counts as
+	// held, and Extend would return ErrExpired without sending anything.
+	for _, tc := range []struct {
+		name string
+		call func(context.Context) error
+	}{
+		{"Extend", func(ctx context.Context) error { return l.Extend(ctx, time.Minute) }},
+		{"Unlock", l.Unlock},
 	} {
+		name, call := tc.name, tc.call
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(20*time.Millisecond, cancel)
 		start := time.Now()
