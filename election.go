@@ -159,10 +159,6 @@ func (e *Election) Name() string {
 	return e.name
 }
 
-// fencedKey marks a context whose acquisitions are fenced whatever the
-// Client's options: an election's terms are fencing tokens.
-type fencedKey struct{}
-
 // Campaign blocks until this candidate leads the election, then returns the
 // Leadership, with value published for Leader and Observe to read. Its term
 // is a fencing token: it exceeds the term of every leadership granted
@@ -195,7 +191,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	e.mu.Unlock()
 
 	c := e.client
-	l, err := c.lock(context.WithValue(ctx, fencedKey{}, true), e.name, e.ttl, math.MaxInt)
+	l, err := c.lock(ctx, e.name, e.ttl, math.MaxInt, true) // fenced whatever the Client's options: terms are fencing tokens
 	if err != nil {
 		return nil, err
 	}

@@ -310,16 +310,18 @@ func isNil(v any) bool {
 // the timed ones, and in each pause at most one woken attempt that runs past
 // the pause's end.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, key, ttl, c.tries)
+	return c.lock(ctx, key, ttl, c.tries, c.fencing)
 }
 
 // TryLock makes exactly one attempt to acquire the lock on key for ttl; see
 // Lock for what happens on each path.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, key, ttl, 1)
+	return c.lock(ctx, key, ttl, 1, c.fencing)
 }
 
-func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries int) (*Lock, error) {
+// lock is Lock and TryLock; fencing is the Client's WithFencing, or true for
+// an election, whose terms are fencing tokens.
+func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries int, fencing bool) (*Lock, error) {
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
 		return nil, err
@@ -337,7 +339,7 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 		next    time.Time // when the next timed attempt is due
 		woken   bool      // this attempt was started by a wake-up
 		splits  int       // woken attempts in a row that divided the vote
-		waiting = time.Now()
+		waiting time.Time // when the first attempt was sent
 	)
 	defer func() {
 		if wt != nil {
@@ -359,7 +361,10 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 			c.obs.Observe(ctx, Event{Kind: EventAttempt, ID: id, Key: key, Try: label, Woken: woken})
 		}
 		sent := time.Now()
-		l, held, err := c.acquire(ctx, key, ttl, id, presumed)
+		if waiting.IsZero() {
+			waiting = sent
+		}
+		l, held, err := c.acquire(ctx, key, ttl, id, fencing, presumed)
 		rtt := time.Since(sent)
 		_, tokenFailed := err.(*tokenError) // as acquire returns it; errors.As would allocate
 		switch {
@@ -458,8 +463,7 @@ func (e *tokenError) Unwrap() []error { return []error{ErrNotObtained, e.err} }
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled. A failed attempt also returns the
 // nodes that agreed to its SET before it let them go (wake.go).
-func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, presumed uint64) (*Lock, uint64, error) {
-	fencing := c.fencing || ctx.Value(fencedKey{}) != nil // an election's terms are fencing tokens
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool, presumed uint64) (*Lock, uint64, error) {
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
@@ -847,13 +851,13 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	if c.obs != nil {
 		args.masks.report = func() { c.reportSettled(ctx, l, OpExtend, id, &args.masks) }
 	}
-	rs := &reseeding{l: l, args: args, until: until}
+	var absent atomic.Uint64 // nodes that answered that they have no key (l.reseed)
 	won, t := c.fanout(ctx, round{
 		kind: OpExtend, key: l.key, id: id, masks: &args.masks,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			ok, gone, err := l.extendOn(ctx, n, deadline, args)
 			if gone {
-				rs.absent.Or(1 << n.index)
+				absent.Or(1 << n.index)
 			}
 			return ok, err
 		},
@@ -864,7 +868,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	})
 
 	if won && c.clock.Now().Before(until) {
-		rs.won(ctx)
+		l.reseed(ctx, args, until, absent.Load())
 	}
 
 	l.mu.Lock()
@@ -900,57 +904,47 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	}
 }
 
-// reseeding gives a key back to the nodes that lost it, during an Extend
-// that a majority granted (docs/algorithm.md, "Re-seeding on Extend"): a
-// node that restarted empty gets SET key token NX PX ttl, with the lock's
-// own token and the Extend's ttl, so that one restart does not leave the
-// lock standing on a bare majority until it ends. It runs only once the
-// Extend has won, while the lock is valid and before Extend returns: the
-// majority that held the key throughout proves that no one else can have
-// held it, and a SET NX on a node where the key is gone is then exactly an
+// reseed gives the key back to the nodes in absent, which answered an
+// Extend that a majority granted that they had no key (docs/algorithm.md,
+// "Re-seeding on Extend"): a node that restarted empty gets SET key token
+// NX PX ttl, with the lock's own token and the Extend's ttl (args), so that
+// one restart does not leave the lock standing on a bare majority until it
+// ends. It runs only once the Extend has won, while the lock is valid
+// (until is the Extend's validity) and before Extend returns: the majority
+// that held the key throughout proves that no one else can have held it,
+// and a SET NX on a node where the key is gone is then exactly an
 // acquisition's SET, which takes nothing from anyone. With fencing, the
 // node's counter is raised to the lock's token too (a max-register: never
 // lowered). Nodes that answer after the Extend returned wait for the next
 // one: a SET sent after Extend returned could land after an Unlock's
-// release and leave the key behind.
-type reseeding struct {
-	l      *Lock
-	args   *cmdArgs
-	until  time.Time     // the Extend's validity
-	absent atomic.Uint64 // nodes that answered that they have no key
-}
-
-// won re-seeds, in parallel and within one node timeout, the nodes that have
-// answered that they have no key, and waits for them.
-func (r *reseeding) won(ctx context.Context) {
-	absent := r.absent.Load()
-	c := r.l.client
-	if absent == 0 || r.l.letGone.Load() {
+// release and leave the key behind. It sends in parallel, within one node
+// timeout, and waits for the answers.
+func (l *Lock) reseed(ctx context.Context, args *cmdArgs, until time.Time, absent uint64) {
+	c := l.client
+	if absent == 0 || l.letGone.Load() {
 		return
 	}
 	ctx = context.WithoutCancel(ctx) // bounded by deadline, like an undo
 	deadline := time.Now().Add(c.nodeTimeout)
 	var wg sync.WaitGroup
 	for _, n := range c.nodes {
-		if absent&(1<<n.index) != 0 && c.clock.Now().Before(r.until) {
-			wg.Go(func() { r.reseed(ctx, n, deadline) })
+		if absent&(1<<n.index) == 0 || !c.clock.Now().Before(until) {
+			continue
 		}
+		wg.Go(func() {
+			ok, err := n.setNX(ctx, deadline, args)
+			if ok && err == nil && l.fence != 0 {
+				ok, err = n.raiseFence(ctx, deadline, args, l.fence)
+				if errors.Is(err, errFenceAhead) {
+					ok, err = true, nil // the key is ours; the counter is already past the token
+				}
+			}
+			if ok && err == nil {
+				args.masks.agreed.Or(1 << n.index) // Held and Margin count it
+			}
+		})
 	}
 	wg.Wait()
-}
-
-// reseed sends node n's re-seed.
-func (r *reseeding) reseed(ctx context.Context, n *node, deadline time.Time) {
-	ok, err := n.setNX(ctx, deadline, r.args)
-	if ok && err == nil && r.l.fence != 0 {
-		ok, err = n.raiseFence(ctx, deadline, r.args, r.l.fence)
-		if errors.Is(err, errFenceAhead) {
-			ok, err = true, nil // the key is ours; the counter is already past the token
-		}
-	}
-	if ok && err == nil {
-		r.args.masks.agreed.Or(1 << n.index) // Held and Margin count it
-	}
 }
 
 // Unlock releases the lock: it deletes the key on every node where it still
