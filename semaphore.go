@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 	"time"
 )
 
@@ -207,25 +208,47 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, er
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
 	args.unsent.Store(1<<len(c.nodes) - 1) // no command has entered a pipe yet
+	// The nodes on which the token was already a member: a token function
+	// that repeats itself. Their member is another holder's, so the undo
+	// leaves them alone, and the attempt is lost even if a quorum admitted
+	// it, because its Release would remove the other holder's member too.
+	// (A repeat that only a straggler reports, after the grant, is not
+	// seen; a quorum admitted the token fresh, and any two quora share a
+	// node, so the other holder had lost its own quorum by then.)
+	var repeated atomic.Uint64
+	undo := p.removeOp(nil)
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			reply, err := p.admit(ctx, n, deadline, permits)
-			if err == nil && reply != int64(0) && reply != int64(1) {
+			switch {
+			case err != nil || reply == int64(0) || reply == int64(1):
+			case reply == int64(2):
+				repeated.Or(1 << n.index)
+			default:
 				// A reply no Redis sends fails the node, so that a lost
 				// round removes the token from it.
 				return false, n.fail(fmt.Errorf("redlock: unexpected reply %v to the semaphore's acquire", reply), deadline)
 			}
 			return reply == int64(1), err
 		},
-		undo:  p.removeOp(nil),
-		valid: func() bool { return c.clock.Now().Before(until) },
+		undo: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			if repeated.Load()&(1<<n.index) != 0 {
+				return true, nil
+			}
+			return undo(ctx, n, deadline)
+		},
+		valid: func() bool { return repeated.Load() == 0 && c.clock.Now().Before(until) },
 		// A Release that overtakes an admission in flight undoes it.
 		overtaken: &p.state,
 		// Node events for an Observer; the semaphore reports no call events.
 		kind: OpAcquire, key: s.key, id: c.newID(), masks: &args.masks,
 	})
 	if !won {
+		if r := repeated.Load(); r != 0 {
+			return nil, &tokenError{fmt.Errorf("token %q is already a holder's on %d of %d nodes: the token function must return a new token for every attempt (WithTokenFunc)",
+				token, bits.OnesCount64(r), len(c.nodes))}
+		}
 		return nil, t.err(ErrNotObtained)
 	}
 	p.state.held.Store(&args.masks)
