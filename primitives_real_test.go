@@ -79,3 +79,69 @@ func TestRealSemaphoreRefusesRepeatedToken(t *testing.T) {
 	require.NoError(t, first.Release(ctx))
 	require.NoError(t, second.Release(ctx))
 }
+
+// On 3 of 5 nodes at maxmemory with noeviction, every primitive's
+// acquisition fails with OOM there, as the mutex's SET does, and writes
+// nothing on them. Before the fix, the semaphore's and the RW lock's
+// scripts began with a write that frees memory (ZREMRANGEBYSCORE), which
+// disables Redis's OOM check for the rest of the script: TryAcquire,
+// TryRLock and a writer's TryLock all succeeded. An extension of a held
+// reader still goes through, as a mutex's does.
+func TestRealPrimitivesRefuseOnOOM(t *testing.T) {
+	addrs := realNodes(t, 5)
+	c := realClient(t, addrs)
+	ctx := context.Background()
+	reader, err := c.RWMutex("oom-held").TryRLock(ctx, time.Minute)
+	require.NoError(t, err)
+
+	full := addrs[:3]
+	for _, addr := range full {
+		conn := realConn(t, addr)
+		_, err := conn.Do("CONFIG", "SET", "maxmemory-policy", "noeviction")
+		require.NoError(t, err)
+		_, err = conn.Do("CONFIG", "SET", "maxmemory", "1")
+		require.NoError(t, err)
+	}
+	sizes := func() []int64 {
+		var out []int64
+		for _, addr := range full {
+			n, err := redis.Int64(realConn(t, addr).Do("DBSIZE"))
+			require.NoError(t, err)
+			out = append(out, n)
+		}
+		return out
+	}
+	before := sizes()
+
+	refused := func(what string, err error) {
+		t.Helper()
+		require.Error(t, err, "%s on 3 of 5 full nodes", what)
+		assert.ErrorIs(t, err, redlock.ErrNotObtained, what)
+		causes := realNodeErrors(err)
+		for i := range full {
+			if assert.Contains(t, causes, i, "%s: node %d's cause", what, i) {
+				assert.Contains(t, causes[i].Error(), "OOM", "%s: node %d", what, i)
+			}
+		}
+	}
+	p, err := c.Semaphore("oom-sem", 1).TryAcquire(ctx, time.Minute)
+	refused("TryAcquire", err)
+	assert.Nil(t, p)
+	rw := c.RWMutex("oom-rw")
+	l, err := rw.TryRLock(ctx, time.Minute)
+	refused("TryRLock", err)
+	assert.Nil(t, l)
+	l, err = rw.TryLock(ctx, time.Minute)
+	refused("writer's TryLock", err)
+	assert.Nil(t, l)
+	l, err = rw.Lock(ctx, time.Minute) // a waiting writer's intent mark is a write too
+	refused("writer's Lock", err)
+	assert.Nil(t, l)
+	l, err = c.TryLock(ctx, "oom-mutex", time.Minute)
+	refused("the mutex's TryLock", err)
+	assert.Nil(t, l)
+	assert.Equal(t, before, sizes(), "the full nodes were written to")
+
+	require.NoError(t, reader.Extend(ctx, time.Minute), "a held reader is extended on full nodes, as a mutex is")
+	require.NoError(t, reader.Unlock(ctx))
+}
