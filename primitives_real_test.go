@@ -64,7 +64,7 @@ func TestRealSemaphoreRefusesRepeatedToken(t *testing.T) {
 
 	// The first holder's member is intact on every node that admitted it:
 	// the refused attempt's undo did not remove it.
-	key := "repeat"
+	key := redlock.SemaphoreKey("repeat")
 	for i, addr := range addrs {
 		conn := realConn(t, addr)
 		require.True(t, realEventually(2*time.Second, func() bool {
@@ -144,4 +144,36 @@ func TestRealPrimitivesRefuseOnOOM(t *testing.T) {
 
 	require.NoError(t, reader.Extend(ctx, time.Minute), "a held reader is extended on full nodes, as a mutex is")
 	require.NoError(t, reader.Unlock(ctx))
+}
+
+// A semaphore's keys are its own: a mutex on the same name is another lock,
+// on other keys. Before the fix the semaphore's sorted set was the bare key,
+// so a semaphore failed with WRONGTYPE on a name a mutex held, and a mutex
+// on a name a semaphore held was refused (and retried) as if locked.
+func TestRealSemaphoreKeysApartFromMutex(t *testing.T) {
+	addrs := realNodes(t, 3)
+	c := realClient(t, addrs, redlock.WithKeyPrefix("app:"))
+	ctx := context.Background()
+
+	l, err := c.TryLock(ctx, "mix", time.Minute)
+	require.NoError(t, err)
+	p, err := c.Semaphore("mix", 1).TryAcquire(ctx, time.Minute)
+	require.NoError(t, err, "a semaphore on a mutex's name")
+	require.NoError(t, l.Unlock(ctx))
+
+	l, err = c.TryLock(ctx, "mix", time.Minute)
+	require.NoError(t, err, "a mutex on a held semaphore's name")
+	require.NoError(t, l.Unlock(ctx))
+
+	// The set is where SemaphoreKey says, with the prefix inside it.
+	key := redlock.SemaphoreKey("app:mix")
+	assert.Equal(t, "redlock:sem:{app:mix}", key)
+	for i, addr := range addrs {
+		conn := realConn(t, addr)
+		require.True(t, realEventually(2*time.Second, func() bool {
+			_, err := redis.Float64(conn.Do("ZSCORE", key, p.Value()))
+			return err == nil
+		}), "node %d holds the permit's token in %s", i, key)
+	}
+	require.NoError(t, p.Release(ctx))
 }

@@ -103,16 +103,21 @@ func RWNames(key string) (writer, readers, intent string) { return rwNames(key) 
 //     empty: "redlock:rw:{~key}:w". The slot is that of "~" and the key's
 //     part before its first '}', the same for all three.
 func rwNames(key string) (writer, readers, intent string) {
-	var base string
+	base := slotName("redlock:rw:", key)
+	return base + ":w", base + ":r", base + ":i"
+}
+
+// slotName is prefix + key with a non-empty hash tag in key's slot, by the
+// rule of rwNames.
+func slotName(prefix, key string) string {
 	switch {
 	case hasHashTag(key):
-		base = "redlock:rw:" + key
+		return prefix + key
 	case strings.IndexByte(key, '}') < 0:
-		base = "redlock:rw:{" + key + "}"
+		return prefix + "{" + key + "}"
 	default:
-		base = "redlock:rw:{~" + key + "}"
+		return prefix + "{~" + key + "}"
 	}
-	return base + ":w", base + ":r", base + ":i"
 }
 
 // Key returns the locked key.

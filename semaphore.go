@@ -45,6 +45,14 @@ func semQuorum(n, k int) int {
 	return k*n/(k+1) + 1
 }
 
+// SemaphoreKey returns the name of the sorted set that the semaphore on key
+// keeps on every node, for operators' tools and clean-up scripts:
+// "redlock:sem:{key}", or with key's own hash tag if it has one (the rule of
+// RWNames). It never equals a mutex's key, an RWMutex's or an Election's,
+// so a Lock, an RWMutex or an Election on the same name is a different lock
+// on different keys: neither waits for the other, nor fails with WRONGTYPE.
+func SemaphoreKey(key string) string { return slotName("redlock:sem:", key) }
+
 // A Semaphore admits at most Permits holders of its key at once, across the
 // Client's nodes. Make it with Client.Semaphore. It holds no state of its
 // own beyond its configuration: it is safe for concurrent use, and any
@@ -79,8 +87,9 @@ func AllowNoFaultTolerance() SemaphoreOption {
 // one of N > 1 nodes without AllowNoFaultTolerance) is an error wrapping
 // ErrInvalid from every call that could touch the network.
 //
-// The key names a sorted set on each node; it must not be used as a mutex
-// key (WRONGTYPE would fail the nodes).
+// The semaphore keeps a sorted set named SemaphoreKey(key) on each node (with
+// the Client's key prefix inside it), apart from the keys of a mutex, an
+// RWMutex or an Election on the same key.
 func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) *Semaphore {
 	s := &Semaphore{client: c, key: key, permits: permits}
 	var cfg semaphoreConfig
@@ -203,7 +212,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, er
 	if err != nil {
 		return nil, &tokenError{err}
 	}
-	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, args: newCmdArgs(c.keyPrefix+s.key, token, ttl, "")}}
+	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, args: newCmdArgs(SemaphoreKey(c.keyPrefix+s.key), token, ttl, "")}}
 	args, permits := &p.state.args, int64(s.permits)
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)

@@ -16,8 +16,10 @@ import (
 	"github.com/quorumlock/redlock"
 )
 
-// members returns the tokens in key's sorted set on each node, sorted.
+// members returns the tokens in the sorted set of the semaphore on key, on
+// each node, sorted.
 func (c *cluster) members(key string) [][]string {
+	key = redlock.SemaphoreKey(key)
 	out := make([][]string, len(c.nodes))
 	for i, m := range c.nodes {
 		if !m.Exists(key) {
@@ -47,6 +49,7 @@ func (c *cluster) holding(key, token string) int {
 // fill gives key's set on node i k members that expire in an hour.
 func (c *cluster) fill(t testing.TB, i int, key string, k int) {
 	t.Helper()
+	key = redlock.SemaphoreKey(key)
 	expiry := float64(time.Now().Add(time.Hour).UnixMilli())
 	for j := range k {
 		_, err := c.nodes[i].ZAdd(key, expiry, fmt.Sprintf("other-%d", j))
@@ -198,7 +201,7 @@ func TestSemaphoreAdmitsK(t *testing.T) {
 			}
 			c.settle(t)
 			for i, m := range c.nodes {
-				assert.False(t, m.Exists("pool"), "node %d: the empty set is deleted", i)
+				assert.False(t, m.Exists(redlock.SemaphoreKey("pool")), "node %d: the empty set is deleted", i)
 			}
 		})
 	}
@@ -343,7 +346,7 @@ func TestSemaphoreNonHolder(t *testing.T) {
 	scores := func(token string) []float64 {
 		var out []float64
 		for _, m := range c.nodes {
-			sc, err := m.ZScore("s", token)
+			sc, err := m.ZScore(redlock.SemaphoreKey("s"), token)
 			require.NoError(t, err)
 			out = append(out, sc)
 		}
@@ -351,7 +354,7 @@ func TestSemaphoreNonHolder(t *testing.T) {
 	}
 	before := scores(a.Value())
 	for _, m := range c.nodes {
-		_, err := m.ZRem("s", b.Value())
+		_, err := m.ZRem(redlock.SemaphoreKey("s"), b.Value())
 		require.NoError(t, err)
 	}
 
@@ -381,13 +384,13 @@ func TestSemaphoreExtendNeverShortens(t *testing.T) {
 	require.NoError(t, err)
 	c.settle(t)
 	score := func(i int) time.Time {
-		sc, err := c.nodes[i].ZScore("s", p.Value())
+		sc, err := c.nodes[i].ZScore(redlock.SemaphoreKey("s"), p.Value())
 		require.NoError(t, err)
 		return time.UnixMilli(int64(sc))
 	}
 	first := score(0)
 	assert.WithinDuration(t, time.Now().Add(time.Minute), first, 5*time.Second, "score is the expiry on the node's clock")
-	assert.InDelta(t, time.Minute.Seconds(), c.nodes[0].TTL("s").Seconds(), 5, "the set lives as long as its latest member")
+	assert.InDelta(t, time.Minute.Seconds(), c.nodes[0].TTL(redlock.SemaphoreKey("s")).Seconds(), 5, "the set lives as long as its latest member")
 
 	require.NoError(t, p.Extend(ctx, time.Second))
 	c.settle(t)
@@ -398,7 +401,7 @@ func TestSemaphoreExtendNeverShortens(t *testing.T) {
 	c.settle(t)
 	for i := range c.nodes {
 		assert.WithinDuration(t, time.Now().Add(time.Hour), score(i), 5*time.Second, "node %d", i)
-		assert.InDelta(t, time.Hour.Seconds(), c.nodes[i].TTL("s").Seconds(), 5, "node %d: the set's ttl follows its latest score", i)
+		assert.InDelta(t, time.Hour.Seconds(), c.nodes[i].TTL(redlock.SemaphoreKey("s")).Seconds(), 5, "node %d: the set's ttl follows its latest score", i)
 	}
 	require.NoError(t, p.Release(ctx))
 }
