@@ -46,7 +46,7 @@ func scriptedTokens(tokens ...string) func() (string, error) {
 func TestRealSemaphoreRefusesRepeatedToken(t *testing.T) {
 	addrs := realNodes(t, 4)
 	c := realClient(t, addrs, redlock.WithTokenFunc(scriptedTokens("dup", "dup")))
-	s := c.Semaphore("repeat", 2)
+	s := mustSemaphore(t, c, "repeat", 2)
 	require.Equal(t, 3, s.Quorum())
 	ctx := context.Background()
 
@@ -124,7 +124,7 @@ func TestRealPrimitivesRefuseOnOOM(t *testing.T) {
 			}
 		}
 	}
-	p, err := c.Semaphore("oom-sem", 1).TryAcquire(ctx, time.Minute)
+	p, err := mustSemaphore(t, c, "oom-sem", 1).TryAcquire(ctx, time.Minute)
 	refused("TryAcquire", err)
 	assert.Nil(t, p)
 	rw := c.RWMutex("oom-rw")
@@ -157,7 +157,7 @@ func TestRealSemaphoreKeysApartFromMutex(t *testing.T) {
 
 	l, err := c.TryLock(ctx, "mix", time.Minute)
 	require.NoError(t, err)
-	p, err := c.Semaphore("mix", 1).TryAcquire(ctx, time.Minute)
+	p, err := mustSemaphore(t, c, "mix", 1).TryAcquire(ctx, time.Minute)
 	require.NoError(t, err, "a semaphore on a mutex's name")
 	require.NoError(t, l.Unlock(ctx))
 

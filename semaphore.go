@@ -58,14 +58,14 @@ func SemaphoreKey(key string) string { return slotName("redlock:sem:", key) }
 // own beyond its configuration: it is safe for concurrent use, and any
 // number of Semaphore values for the same key and permits, in any process,
 // share the same permits. Every holder must use the same permit count for a
-// key; a holder that uses a larger one may exceed the smaller. The zero
-// Semaphore is not usable: its calls return an error wrapping ErrInvalid.
+// key; a holder that uses a larger one may exceed the smaller. The nil or
+// zero Semaphore is not usable: its calls return an error wrapping
+// ErrInvalid.
 type Semaphore struct {
 	client  *Client
 	key     string
 	permits int
-	quorum  int   // nodes that must admit a token (semQuorum)
-	err     error // what makes the configuration impossible, reported by each call
+	quorum  int // nodes that must admit a token (semQuorum)
 }
 
 // A SemaphoreOption configures a Semaphore.
@@ -76,56 +76,88 @@ type semaphoreConfig struct{ noFaultTolerance bool }
 // AllowNoFaultTolerance accepts a semaphore whose quorum is every node: K ≥
 // N−1 permits on N > 1 nodes. Such a semaphore is safe, but one node that is
 // down or slow stops every acquisition and extension. Without this option,
-// its calls fail with ErrInvalid.
+// Client.Semaphore refuses it with ErrInvalid.
 func AllowNoFaultTolerance() SemaphoreOption {
 	return func(c *semaphoreConfig) { c.noFaultTolerance = true }
 }
 
 // Semaphore returns the semaphore of key with the given number of permits
-// on the Client's nodes. It makes no network call and never fails: an
-// impossible configuration (permits < 1, a nil option, or a quorum of every
-// one of N > 1 nodes without AllowNoFaultTolerance) is an error wrapping
-// ErrInvalid from every call that could touch the network.
+// on the Client's nodes. It makes no network call. It returns an error
+// wrapping ErrInvalid, and no Semaphore, for a nil Client, an empty key,
+// permits < 1, a nil option, or a quorum of every one of N > 1 nodes (K ≥
+// N−1: on 3 nodes every K ≥ 2, on 5 every K ≥ 4) without
+// AllowNoFaultTolerance; the error says how many nodes would tolerate one
+// failure.
 //
 // The semaphore keeps a sorted set named SemaphoreKey(key) on each node (with
 // the Client's key prefix inside it), apart from the keys of a mutex, an
 // RWMutex or an Election on the same key.
-func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) *Semaphore {
-	s := &Semaphore{client: c, key: key, permits: permits}
+func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) (*Semaphore, error) {
+	if c == nil {
+		return nil, invalid("nil *Client")
+	}
 	var cfg semaphoreConfig
 	for _, opt := range opts {
 		if opt == nil {
-			s.err = invalid("nil semaphore option")
-			return s
+			return nil, invalid("nil semaphore option")
 		}
 		opt(&cfg)
 	}
 	n := len(c.nodes)
-	if permits < 1 {
-		s.err = invalid("semaphore permits %d must be at least 1", permits)
-		return s
+	switch {
+	case key == "":
+		return nil, invalid("empty key")
+	case permits < 1:
+		return nil, invalid("semaphore permits %d must be at least 1", permits)
 	}
-	s.quorum = semQuorum(n, permits)
+	s := &Semaphore{client: c, key: key, permits: permits, quorum: semQuorum(n, permits)}
 	if s.quorum == n && n > 1 && !cfg.noFaultTolerance {
-		s.err = invalid("a semaphore of %d permits on %d nodes needs every node (quorum %d), so one failed node stops it; use more nodes (at least %d tolerate one failure) or AllowNoFaultTolerance",
+		return nil, invalid("a semaphore of %d permits on %d nodes needs every node (quorum %d), so one failed node stops it; use more nodes (at least %d tolerate one failure) or AllowNoFaultTolerance",
 			permits, n, s.quorum, permits+2)
 	}
-	return s
+	return s, nil
+}
+
+// Key returns the semaphore's key, as given to Client.Semaphore.
+func (s *Semaphore) Key() string {
+	if s == nil {
+		return ""
+	}
+	return s.key
+}
+
+// Permits returns K, the number of permits.
+func (s *Semaphore) Permits() int {
+	if s == nil {
+		return 0
+	}
+	return s.permits
 }
 
 // Quorum returns how many nodes must admit a permit: ⌊K·N/(K+1)⌋ + 1 for K
-// permits on N nodes, or 0 if the configuration is invalid.
+// permits on N nodes, or 0 for the nil Semaphore.
 func (s *Semaphore) Quorum() int {
-	if s == nil || s.err != nil {
+	if s == nil {
 		return 0
 	}
 	return s.quorum
 }
 
 // FaultTolerance returns how many nodes may fail while permits are still
-// granted: N − Quorum, or 0 if the configuration is invalid.
+// granted, N − Quorum, or 0 for the nil Semaphore.
+//
+// The failures it counts are crash-stop: a node that stops answering, or
+// comes back with its data. A node that restarts empty is another fault,
+// one that this number does not cover: it forgets the tokens it admitted,
+// and may admit new holders in their slots while the old permits are still
+// valid, so that even one such restart can break the bound of K at once
+// (with K=2 on N=7, three valid permits after one restart), as it can break
+// the mutex's exclusion. What keeps it safe is the restart rule of
+// docs/safety.md: a node that lost its data stays out of service for at
+// least the longest ttl in use (plus the drift allowance), or keeps its data
+// across a crash (appendonly with appendfsync always).
 func (s *Semaphore) FaultTolerance() int {
-	if s == nil || s.client == nil || s.err != nil {
+	if s == nil || s.client == nil {
 		return 0
 	}
 	return len(s.client.nodes) - s.quorum
@@ -157,9 +189,6 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (*Permit, error) {
 	if s == nil || s.client == nil {
 		return nil, errNilSemaphore
-	}
-	if s.err != nil {
-		return nil, s.err
 	}
 	c := s.client
 	ttl, err := c.check(ctx, s.key, ttl)
