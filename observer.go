@@ -131,7 +131,7 @@ type Event struct {
 	ID uint64
 
 	Node    int     // node index, for EventNode
-	Addr    string  // node address, if its Pool is a Namer
+	Addr    string  // node address, if its Pool is a driver.Namer
 	Outcome Outcome // for EventNode
 	Class   string  // for a failed node: ErrorClass(Err)
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // recorder keeps every event it is told of.
@@ -170,13 +171,13 @@ func TestNilObserverRejected(t *testing.T) {
 
 func TestErrorClass(t *testing.T) {
 	for err, want := range map[error]string{
-		nil:                              "",
-		redlock.ErrNodeTimeout:           "timeout",
-		context.Canceled:                 "canceled",
-		context.DeadlineExceeded:         "deadline",
-		redlock.ReplyError("READONLY x"): "READONLY",
-		&redlock.NodeError{Err: redlock.ReplyError("OOM y")}: "OOM",
-		errors.New("connection refused"):                     "io",
+		nil:                             "",
+		redlock.ErrNodeTimeout:          "timeout",
+		context.Canceled:                "canceled",
+		context.DeadlineExceeded:        "deadline",
+		driver.ReplyError("READONLY x"): "READONLY",
+		&redlock.NodeError{Err: driver.ReplyError("OOM y")}: "OOM",
+		errors.New("connection refused"):                    "io",
 	} {
 		assert.Equal(t, want, redlock.ErrorClass(err), "%v", err)
 	}

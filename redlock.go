@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/driver"
 )
 
 // Defaults for the options.
@@ -52,7 +54,7 @@ type Client struct {
 	fencePrefix string // WithFencePrefix: the fencing counters' names (fenceKey)
 
 	wakeOff bool   // WithWakeUp(false)
-	wake    *waker // delivers release announcements; nil if off or no node is a Subscriber
+	wake    *waker // delivers release announcements; nil if off or no node is a driver.Subscriber
 	channel any    // ReleaseChannel as a command argument, or "" with wake-up off
 
 	// unsafeNoticeVotes is for one test only (TestSimulationCatchesNoticeVotes):
@@ -205,7 +207,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		if isNil(p) {
 			return nil, invalid("pool %d is nil", i)
 		}
-		if v, ok := p.(Validator); ok {
+		if v, ok := p.(driver.Validator); ok {
 			if err := v.Valid(); err != nil {
 				return nil, invalid("pool %d: %v", i, err)
 			}
@@ -262,7 +264,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		channel := c.keyPrefix + ReleaseChannel
 		c.channel = channel
 		for _, n := range c.nodes {
-			if _, ok := n.pool.(Subscriber); ok {
+			if _, ok := n.pool.(driver.Subscriber); ok {
 				c.wake = newWaker(c, channel)
 				break
 			}

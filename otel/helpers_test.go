@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
 	redlockotel "github.com/quorumlock/redlock/otel"
 )
@@ -216,7 +217,7 @@ type faultPool struct {
 
 var errReplyLost = errors.New("connection reset by peer after the command was sent")
 
-func (p *faultPool) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (p *faultPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	if g := p.wait.Load(); g != nil {
 		select {
 		case <-g.open:
