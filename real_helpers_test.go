@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // realPools returns one production pool (redlock.NewPool) per address,
@@ -15,7 +16,7 @@ func realPools(t testing.TB, addrs []string, dialOpts ...redis.DialOption) []red
 	t.Helper()
 	pools := make([]redlock.Pool, len(addrs))
 	for i, addr := range addrs {
-		p := redlock.NewPool(addr, dialOpts...)
+		p := redigo.NewPool(addr, dialOpts...)
 		t.Cleanup(func() { _ = p.Close() })
 		pools[i] = p
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // Environment variables read by run, doctor and status.
@@ -158,11 +159,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // pools opens one redigo pool per node, with connects and TLS handshakes
 // bounded by timeout as well as by each call's deadline. Close them when
 // done.
-func (c *conn) pools(nodes []string, timeout time.Duration) []*redlock.RedigoPool {
+func (c *conn) pools(nodes []string, timeout time.Duration) []*redigo.Pool {
 	opts := append([]redis.DialOption{redis.DialConnectTimeout(timeout), redis.DialTLSHandshakeTimeout(timeout)}, c.dialOpts...)
-	pools := make([]*redlock.RedigoPool, len(nodes))
+	pools := make([]*redigo.Pool, len(nodes))
 	for i, addr := range nodes {
-		pools[i] = redlock.NewPool(addr, opts...)
+		pools[i] = redigo.NewPool(addr, opts...)
 	}
 	return pools
 }
