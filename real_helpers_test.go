@@ -10,7 +10,7 @@ import (
 	"github.com/quorumlock/redlock/redigo"
 )
 
-// realPools returns one production pool (redlock.NewPool) per address,
+// realPools returns one production pool (redigo.NewPool) per address,
 // closed when the test ends.
 func realPools(t testing.TB, addrs []string, dialOpts ...redis.DialOption) []redlock.Pool {
 	t.Helper()

@@ -59,7 +59,7 @@ func (f *connFlags) nodeList(getenv func(string) string) ([]string, error) {
 
 // A conn is how to reach the nodes, once the flags are checked.
 type conn struct {
-	dialOpts []redis.DialOption // TLS, user and password, for redlock.NewPool
+	dialOpts []redis.DialOption // TLS, user and password, for redigo.NewPool
 	tls      bool               // the connections use TLS
 	tlsOpts  []redis.DialOption // the TLS options alone, for a dial without credentials
 	password bool               // $REDLOCK_PASSWORD was set
