@@ -57,7 +57,7 @@
 //
 // Client.Ping reports each node's health; Lock.Held and Lock.Margin say how
 // many nodes hold a lock and how many more may fail; WithObserver (with
-// SlogObserver, or the .../otel module) reports every attempt, node answer,
+// observe.Slog, or the .../otel module) reports every attempt, node answer,
 // acquisition, extension, loss and release; Client.Close waits for the
 // releases left running in the background.
 //
@@ -85,7 +85,7 @@
 // sign that exclusion may have been lost. Against such a holder, make the
 // Client WithFencing: each lock then carries a fencing token (Lock.Token) that
 // grows across the whole quorum, and the protected resource rejects writes
-// with a stale token (Guard, FencedSet). See docs/fencing.md.
+// with a stale token (package fence). See docs/fencing.md.
 //
 // Every call is bounded in time: an acquisition attempt takes at most one node
 // timeout (two with fencing), plus one more to release after a failure;

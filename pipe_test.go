@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // countingPool counts the batches sent through a Pool.
@@ -18,20 +20,20 @@ type countingPool struct {
 	borrows int
 }
 
-func (p *countingPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
+func (p *countingPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	p.mu.Lock()
 	p.borrows++
 	p.mu.Unlock()
 	return p.Pool.Exec(ctx, cmds, replies)
 }
 
-func cmd(name string, args ...any) Command { return Command{Name: name, Args: args} }
+func cmd(name string, args ...any) driver.Command { return driver.Command{Name: name, Args: args} }
 
 // Every concurrent caller gets its own reply, in batches that share
 // connections.
 func TestPipeRepliesReachTheirCallers(t *testing.T) {
 	s := redistest.Start(t)
-	rp := NewPool(s.Addr)
+	rp := redigo.NewPool(s.Addr)
 	defer rp.Close()
 	pool := &countingPool{Pool: rp}
 	n := newNode(0, pool)
@@ -67,7 +69,7 @@ func TestPipeRepliesReachTheirCallers(t *testing.T) {
 // An error reply goes to its own caller only.
 func TestPipeErrorReplyStaysWithItsCall(t *testing.T) {
 	s := redistest.Start(t)
-	rp := NewPool(s.Addr)
+	rp := redigo.NewPool(s.Addr)
 	defer rp.Close()
 	n := newNode(0, rp)
 
@@ -95,7 +97,7 @@ func TestPipeErrorReplyStaysWithItsCall(t *testing.T) {
 // A node that never answers fails every queued command at its deadline, and
 // no caller hangs.
 func TestPipeFrozenNodeFailsEveryCallInTime(t *testing.T) {
-	rp := NewPool(redistest.StartFrozen(t).Addr())
+	rp := redigo.NewPool(redistest.StartFrozen(t).Addr())
 	defer rp.Close()
 	n := newNode(3, rp)
 
@@ -135,14 +137,14 @@ func TestPipeSkipsExpiredCalls(t *testing.T) {
 
 type failingPool struct{}
 
-func (failingPool) Exec(context.Context, []Command, []Reply) error {
+func (failingPool) Exec(context.Context, []driver.Command, []driver.Reply) error {
 	return errors.New("no connection")
 }
 
 // hangingPool never answers and ignores ctx, until released.
 type hangingPool struct{ release chan struct{} }
 
-func (p hangingPool) Exec(context.Context, []Command, []Reply) error {
+func (p hangingPool) Exec(context.Context, []driver.Command, []driver.Reply) error {
 	<-p.release
 	return errors.New("released")
 }
@@ -153,7 +155,7 @@ func TestRoundBoundedWhenPoolIgnoresContext(t *testing.T) {
 	s1, s2 := redistest.Start(t), redistest.Start(t)
 	hang := hangingPool{release: make(chan struct{})}
 	defer close(hang.release)
-	p1, p2 := NewPool(s1.Addr), NewPool(s2.Addr)
+	p1, p2 := redigo.NewPool(s1.Addr), redigo.NewPool(s2.Addr)
 	defer p1.Close()
 	defer p2.Close()
 	const timeout = 100 * time.Millisecond

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 // The read-write lock: many readers or one writer, on a majority of nodes.
@@ -244,14 +246,14 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 			marked = true
 		}
 		if c.obs != nil {
-			c.obs.Observe(ctx, Event{Kind: EventAttempt, ID: id, Key: m.key, Try: try})
+			c.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: m.key, Try: try})
 		}
 		l, err := m.acquire(ctx, ttl, write, intent, mark, id)
 		_, tokenFailed := err.(*tokenError)
 		switch {
 		case err == nil:
 			if c.obs != nil {
-				c.obs.Observe(ctx, Event{Kind: EventAcquired, ID: id, Key: m.key, Try: try, Wait: time.Since(began),
+				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: m.key, Try: try, Wait: time.Since(began),
 					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum})
 			}
 			return l, nil
@@ -267,7 +269,7 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 				fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no majority is possible)", err, n, len(c.nodes))))
 		}
 		if c.obs != nil {
-			c.obs.Observe(ctx, Event{Kind: EventRetry, ID: id, Key: m.key, Try: try, Delay: delay, Err: err})
+			c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: m.key, Try: try, Delay: delay, Err: err})
 		}
 		pause := time.NewTimer(delay)
 		select {
@@ -334,11 +336,11 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	until := validUntil(start, ttl, c.driftFactor)
 	args.unsent.Store(1<<len(c.nodes) - 1)
 	if c.obs != nil {
-		args.masks.report = func() { c.reportSettled(ctx, l, OpAcquire, id, &args.masks) }
+		args.masks.report = func() { c.reportSettled(ctx, l, observe.OpAcquire, id, &args.masks) }
 	}
 	won, t := c.fanout(ctx, round{op: set, undo: release, overtaken: l,
 		valid: func() bool { return c.clock.Now().Before(until) },
-		kind:  OpAcquire, key: m.key, id: id, masks: &args.masks})
+		kind:  observe.OpAcquire, key: m.key, id: id, masks: &args.masks})
 	if !won {
 		return nil, t.err(ErrNotObtained)
 	}

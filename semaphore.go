@@ -8,6 +8,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 // The counting semaphore: at most K holders of a key at once, on N nodes.
@@ -280,7 +282,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, er
 		// A Release that overtakes an admission in flight undoes it.
 		overtaken: &p.state,
 		// Node events for an Observer; the semaphore reports no call events.
-		kind: OpAcquire, key: s.key, id: c.newID(), masks: &args.masks,
+		kind: observe.OpAcquire, key: s.key, id: c.newID(), masks: &args.masks,
 	})
 	if !won {
 		if r := repeated.Load(); r != 0 {
@@ -442,7 +444,7 @@ func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
 	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
-		kind: OpExtend, key: s.key, id: c.newID(), masks: &args.masks,
+		kind: observe.OpExtend, key: s.key, id: c.newID(), masks: &args.masks,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			reply, err := n.eval(ctx, deadline, args.lane, &semExtendScript, args.key, args.token, args.ttl)
 			return reply == int64(1), err
@@ -519,7 +521,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	n := len(c.nodes)
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
-		kind: OpRelease, key: s.key, id: c.newID(),
+		kind: observe.OpRelease, key: s.key, id: c.newID(),
 		// The evidence rule of Lock.unlock: a refusal proves a loss only if
 		// it came from the node's first removal, before validity ended.
 		op: p.removeOp(func(nd *node, removed bool, err error) bool {

@@ -15,8 +15,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/observe"
 	redlockotel "github.com/quorumlock/redlock/otel"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // TestMain fails the run if a test leaves a goroutine behind. The Observer
@@ -209,14 +212,14 @@ func attrInt(attrs []attribute.KeyValue, key string) int64 {
 // test: a wait before each batch, or a reply lost after the batch ran (the
 // command took effect on the node, the client saw a broken connection).
 type faultPool struct {
-	*redlock.RedigoPool
+	*redigo.Pool
 	wait      atomic.Pointer[gate] // if set, each batch waits for it to open
 	dropReply atomic.Bool
 }
 
 var errReplyLost = errors.New("connection reset by peer after the command was sent")
 
-func (p *faultPool) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (p *faultPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	if g := p.wait.Load(); g != nil {
 		select {
 		case <-g.open:
@@ -224,7 +227,7 @@ func (p *faultPool) Exec(ctx context.Context, cmds []redlock.Command, replies []
 			return ctx.Err()
 		}
 	}
-	err := p.RedigoPool.Exec(ctx, cmds, replies)
+	err := p.Pool.Exec(ctx, cmds, replies)
 	if err == nil && p.dropReply.Load() {
 		return errReplyLost
 	}
@@ -255,13 +258,13 @@ func (g *gate) pass() {
 // that a lock is acquired knowing it stands on a bare majority, whatever
 // the machine's load.
 type gatedObserver struct {
-	redlock.Observer
+	observe.Observer
 	gate atomic.Pointer[gate]
 }
 
-func (o *gatedObserver) Observe(ctx context.Context, e redlock.Event) {
+func (o *gatedObserver) Observe(ctx context.Context, e observe.Event) {
 	o.Observer.Observe(ctx, e)
-	if e.Kind == redlock.EventNode && e.Outcome == redlock.Failed {
+	if e.Kind == observe.KindNode && e.Outcome == observe.OutcomeFailed {
 		if g := o.gate.Load(); g != nil {
 			g.pass()
 		}
@@ -294,7 +297,7 @@ func startCluster(t testing.TB, n int) *cluster {
 }
 
 func poolFor(t testing.TB, addr string) *faultPool {
-	p := &faultPool{RedigoPool: redlock.NewPool(addr)}
+	p := &faultPool{Pool: redigo.NewPool(addr)}
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
@@ -317,7 +320,7 @@ func gatedClient(t testing.TB, h *harness, pools []*faultPool, opts ...redlock.O
 	return observedClient(t, obs, pools, opts...), obs
 }
 
-func observedClient(t testing.TB, obs redlock.Observer, pools []*faultPool, opts ...redlock.Option) *redlock.Client {
+func observedClient(t testing.TB, obs observe.Observer, pools []*faultPool, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	ports := make([]redlock.Pool, len(pools))
 	for i, p := range pools {

@@ -15,6 +15,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // Environment variables read by run, doctor and status.
@@ -57,7 +59,7 @@ func (f *connFlags) nodeList(getenv func(string) string) ([]string, error) {
 
 // A conn is how to reach the nodes, once the flags are checked.
 type conn struct {
-	dialOpts []redis.DialOption // TLS, user and password, for redlock.NewPool
+	dialOpts []redis.DialOption // TLS, user and password, for redigo.NewPool
 	tls      bool               // the connections use TLS
 	tlsOpts  []redis.DialOption // the TLS options alone, for a dial without credentials
 	password bool               // $REDLOCK_PASSWORD was set
@@ -157,35 +159,35 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // pools opens one redigo pool per node, with connects and TLS handshakes
 // bounded by timeout as well as by each call's deadline. Close them when
 // done.
-func (c *conn) pools(nodes []string, timeout time.Duration) []*redlock.RedigoPool {
+func (c *conn) pools(nodes []string, timeout time.Duration) []*redigo.Pool {
 	opts := append([]redis.DialOption{redis.DialConnectTimeout(timeout), redis.DialTLSHandshakeTimeout(timeout)}, c.dialOpts...)
-	pools := make([]*redlock.RedigoPool, len(nodes))
+	pools := make([]*redigo.Pool, len(nodes))
 	for i, addr := range nodes {
-		pools[i] = redlock.NewPool(addr, opts...)
+		pools[i] = redigo.NewPool(addr, opts...)
 	}
 	return pools
 }
 
 // call sends one command to p and waits at most timeout for its reply. An
-// error reply comes back as the error, a redlock.ReplyError.
+// error reply comes back as the error, a driver.ReplyError.
 func call(p redlock.Pool, timeout time.Duration, name string, args ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	replies := make([]redlock.Reply, 1)
-	if err := p.Exec(ctx, []redlock.Command{{Name: name, Args: args}}, replies); err != nil {
+	replies := make([]driver.Reply, 1)
+	if err := p.Exec(ctx, []driver.Command{{Name: name, Args: args}}, replies); err != nil {
 		return nil, err
 	}
 	return replyValue(replies[0])
 }
 
 // replyValue returns a reply's value, or its error reply as a
-// redlock.ReplyError, however the driver stored it.
-func replyValue(r redlock.Reply) (any, error) {
+// driver.ReplyError, however the driver stored it.
+func replyValue(r driver.Reply) (any, error) {
 	if r.Err != nil {
 		return nil, r.Err
 	}
 	if err, ok := r.Value.(error); ok {
-		return nil, redlock.ReplyError(err.Error())
+		return nil, driver.ReplyError(err.Error())
 	}
 	return r.Value, nil
 }

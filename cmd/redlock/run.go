@@ -18,6 +18,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // Exit codes of redlock run, besides CMD's own, which passes through.
@@ -132,7 +134,7 @@ func runLocked(cfg *runConfig, stderr io.Writer) int {
 
 	pools := make([]redlock.Pool, len(cfg.nodes))
 	for i, addr := range cfg.nodes {
-		p := redlock.NewPool(addr, cfg.dialOpts...)
+		p := redigo.NewPool(addr, cfg.dialOpts...)
 		defer p.Close()
 		pools[i] = p
 	}
@@ -297,8 +299,8 @@ func preflight(pools []redlock.Pool, addrs []string, logf func(string, ...any)) 
 	var wg sync.WaitGroup
 	for i, p := range pools {
 		wg.Go(func() {
-			replies := make([]redlock.Reply, 1)
-			err := p.Exec(ctx, []redlock.Command{{Name: "PING"}}, replies)
+			replies := make([]driver.Reply, 1)
+			err := p.Exec(ctx, []driver.Command{{Name: "PING"}}, replies)
 			if err == nil {
 				err = replies[0].Err
 			}

@@ -12,6 +12,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 func TestDescribeHolder(t *testing.T) {
@@ -54,7 +56,7 @@ func TestWaitLineReadsTheNodes(t *testing.T) {
 			m.Set(key, token)
 			m.SetTTL(key, time.Duration(4+i)*time.Second)
 		}
-		p := redlock.NewPool(m.Addr())
+		p := redigo.NewPool(m.Addr())
 		t.Cleanup(func() { p.Close() })
 		pools = append(pools, p)
 	}
@@ -105,7 +107,7 @@ func TestWaitLineBoundedByNodeTimeout(t *testing.T) {
 	m := miniredis.RunT(t)
 	var pools []redlock.Pool
 	for _, addr := range []string{ln.Addr().String(), m.Addr(), m.Addr()} {
-		p := redlock.NewPool(addr)
+		p := redigo.NewPool(addr)
 		t.Cleanup(func() { p.Close() })
 		pools = append(pools, p)
 	}
@@ -123,13 +125,13 @@ func TestWaitLineBoundedByNodeTimeout(t *testing.T) {
 // fakePool answers GET with a token and PTTL with a ttl, without a network.
 type fakePool struct{ token string }
 
-func (f fakePool) Exec(_ context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (f fakePool) Exec(_ context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	for i, c := range cmds {
 		switch c.Name {
 		case "GET":
-			replies[i] = redlock.Reply{Value: []byte(f.token)}
+			replies[i] = driver.Reply{Value: []byte(f.token)}
 		case "PTTL":
-			replies[i] = redlock.Reply{Value: int64(3000)}
+			replies[i] = driver.Reply{Value: int64(3000)}
 		}
 	}
 	return nil
