@@ -177,3 +177,39 @@ func TestRealSemaphoreKeysApartFromMutex(t *testing.T) {
 	}
 	require.NoError(t, p.Release(ctx))
 }
+
+// Writers of an RWMutex on a Client WithFencing get fencing tokens from the
+// writer key's quorum counters, growing in the order writers are granted,
+// as the mutex's do. Before the fix, Token() was 0. Readers get none.
+func TestRealRWMutexWriterFencing(t *testing.T) {
+	addrs := realNodes(t, 3)
+	c := realClient(t, addrs, redlock.WithFencing())
+	ctx := context.Background()
+	rw := c.RWMutex("fenced")
+	var last uint64
+	for i := range 3 {
+		w, err := rw.TryLock(ctx, time.Minute)
+		require.NoError(t, err)
+		require.Greater(t, w.Token(), last, "writer %d's fencing token", i)
+		last = w.Token()
+		require.NoError(t, w.Unlock(ctx))
+		r, err := rw.TryRLock(ctx, time.Minute)
+		require.NoError(t, err)
+		assert.Zero(t, r.Token(), "a reader has no fencing token")
+		require.NoError(t, r.Unlock(ctx))
+	}
+	// The counter is stored on every node under the writer key's FenceKey.
+	writer, _, _ := redlock.RWNames("fenced")
+	for i, addr := range addrs {
+		conn := realConn(t, addr)
+		require.True(t, realEventually(2*time.Second, func() bool {
+			v, err := redis.Uint64(conn.Do("GET", c.FenceKey(writer)))
+			return err == nil && v == last
+		}), "node %d's counter is not the last token %d", i, last)
+	}
+	// A Client without fencing still gets 0.
+	w, err := realClient(t, addrs).RWMutex("fenced").TryLock(ctx, time.Minute)
+	require.NoError(t, err)
+	assert.Zero(t, w.Token())
+	require.NoError(t, w.Unlock(ctx))
+}

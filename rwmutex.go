@@ -37,7 +37,7 @@ import (
 var (
 	//go:embed scripts/rw_lock.lua
 	rwLockSource string
-	rwLockScript = newScript(rwLockSource, 3)
+	rwLockScript = newScript(rwLockSource, 4)
 
 	//go:embed scripts/rw_rlock.lua
 	rwRLockSource string
@@ -254,7 +254,7 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 		case err == nil:
 			if c.obs != nil {
 				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: m.key, Try: try, Wait: time.Since(began),
-					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum})
+					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum, Token: l.fence})
 			}
 			return l, nil
 		case tokenFailed:
@@ -313,9 +313,14 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		if mark > 0 {
 			markMs = max(mark.Milliseconds(), 1)
 		}
+		fenced := any("0")
+		if c.fencing {
+			fenced = "1"
+		}
+		args.fenceKey = fenceKeyWith(c.fencePrefix, name.(string)) // declared always, read with fencing
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.rwScript(ctx, deadline, l, fellBack, &rwLockScript, "write lock",
-				m.writer, m.readers, m.intent, args.token, args.ttl, intent, markMs)
+			return n.rwScript(ctx, deadline, l, fellBack, &rwLockScript, "write lock", &l.highest,
+				m.writer, m.readers, m.intent, args.fenceKey, args.token, args.ttl, intent, markMs, fenced)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.release(ctx, deadline, args)
@@ -324,7 +329,7 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	} else {
 		l.ops = &rwReaderOps
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.rwScript(ctx, deadline, l, fellBack, &rwRLockScript, "read lock",
+			return n.rwScript(ctx, deadline, l, fellBack, &rwRLockScript, "read lock", nil,
 				m.writer, m.readers, m.intent, args.token, args.ttl)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
@@ -346,11 +351,44 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	}
 	l.held.Store(&args.masks)
 	args.masks.settle() // won
+	if write && c.fencing {
+		if err := m.fence(ctx, l, release, until, id); err != nil {
+			return nil, err
+		}
+	}
 	if c.obs != nil {
 		l.granted, l.id = time.Now(), id
 	}
 	l.until = until
 	return l, nil
+}
+
+// fence is fencing's round 2 for a writer granted with WithFencing, as
+// Client.acquire runs it for the mutex (docs/fencing.md): the token exceeds
+// every counter the granting nodes reported, and counts once a majority
+// stored it while still holding the writer key, within the validity
+// window. The counter is the writer key's (FenceKey of its name), so a
+// writer's tokens grow in the order writers are granted. If the round is
+// lost, the writer is let go and released on every node.
+func (m *RWMutex) fence(ctx context.Context, l *Lock, release nodeOp, until time.Time, id uint64) error {
+	c, args := m.client, &l.args
+	l.fence = l.highest.load() + 1
+	won, t := c.fanout(ctx, round{
+		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			return n.raiseFence(ctx, deadline, args, l.fence)
+		},
+		undo:    release,
+		undoAll: true,
+		lost:    l.letGo,
+		valid:   func() bool { return c.clock.Now().Before(until) },
+		kind:    observe.OpFence, key: m.key, id: id, masks: &l.fenced,
+	})
+	if !won {
+		return t.err(ErrNotObtained)
+	}
+	l.held.Store(&l.fenced)
+	l.fenced.settle() // won
+	return nil
 }
 
 // unmark removes a writer's intent mark from every node, once it has given
@@ -375,7 +413,10 @@ func (m *RWMutex) unmark(ctx context.Context, intent string) {
 // let go before the resend returned, the node is marked overtaken, and
 // fanout undoes it once the op returns. A resend that returned before the
 // lock was let go entered the pipe before any release did.
-func (n *node) rwScript(ctx context.Context, deadline time.Time, l *Lock, fellBack *atomic.Uint64, s *script, what string, keysAndArgs ...any) (bool, error) {
+//
+// With counter set (a fenced writer), a grant replies the node's fencing
+// counter plus 1, which counter keeps the highest of.
+func (n *node) rwScript(ctx context.Context, deadline time.Time, l *Lock, fellBack *atomic.Uint64, s *script, what string, counter *maxCounter, keysAndArgs ...any) (bool, error) {
 	a := &l.args
 	reply, err := n.evalScript(ctx, deadline, a.lane, &a.unsent, fellBack, s, keysAndArgs)
 	if bit := uint64(1) << n.index; fellBack.Load()&bit != 0 && l.letGone.Load() {
@@ -384,10 +425,15 @@ func (n *node) rwScript(ctx context.Context, deadline time.Time, l *Lock, fellBa
 	switch {
 	case err != nil:
 		return false, err
-	case reply == int64(1):
-		return true, nil
 	case reply == int64(0):
 		return false, nil
+	case counter == nil && reply == int64(1):
+		return true, nil
+	case counter != nil:
+		if r, ok := reply.(int64); ok && r >= 1 {
+			counter.raise(uint64(r - 1))
+			return true, nil
+		}
 	}
 	return false, n.fail(fmt.Errorf("redlock: unexpected reply %v to the %s script", reply, what), deadline)
 }

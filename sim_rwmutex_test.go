@@ -26,6 +26,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,12 +81,18 @@ func simLiveReaders(n *simNode, set string) int {
 }
 
 func simRWLock(n *simNode, ka []any) (any, error) {
-	w, r, i, token, ttl, intent, mark := str(ka[0]), str(ka[1]), str(ka[2]), str(ka[3]), num(ka[4]), str(ka[5]), num(ka[6])
+	// ka[3] is the fencing counter, read only with fencing (ka[8] "1").
+	w, r, i, fence, token, ttl, intent, mark, fenced := str(ka[0]), str(ka[1]), str(ka[2]), str(ka[3]), str(ka[4]), num(ka[5]), str(ka[6]), num(ka[7]), str(ka[8])
 	_, writer := n.get(w)
 	if !writer && (simLiveReaders(n, r) == 0 || simRWVariant(n) == rwWriterIgnoresRs) {
 		n.setPX(w, token, ttl)
 		if v, ok := n.get(i); ok && v == intent {
 			delete(n.data, i)
+		}
+		if fenced == "1" {
+			c, _ := n.get(fence)
+			v, _ := strconv.ParseInt(c, 10, 64)
+			return v + 1, nil
 		}
 		return int64(1), nil
 	}

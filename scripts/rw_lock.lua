@@ -12,10 +12,15 @@
 -- memory (semaphore_acquire.lua has the rule). So a full node fails the
 -- whole script with OOM, as it fails the mutex's SET.
 --
--- KEYS[1] writer key, KEYS[2] readers set, KEYS[3] intent mark;
--- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] intent id, ARGV[4] intent ttl ms
--- (0: leave no mark).
--- Returns 1 if the writer key was set, 0 otherwise.
+-- With fencing, the grant also reads the node's fencing counter, in the same
+-- atomic step, as acquire_fenced.lua does for the mutex (fencing, round 1;
+-- raise_fence.lua on the writer key is round 2).
+--
+-- KEYS[1] writer key, KEYS[2] readers set, KEYS[3] intent mark, KEYS[4]
+-- fencing counter; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] intent id,
+-- ARGV[4] intent ttl ms (0: leave no mark), ARGV[5] "1" with fencing.
+-- Returns 0 if the writer key was not set; if it was, 1, or with fencing
+-- the counter plus 1.
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call("EXISTS", KEYS[1]) == 0 and redis.call("ZCOUNT", KEYS[2], now, "+inf") == 0 then
@@ -23,6 +28,9 @@ if redis.call("EXISTS", KEYS[1]) == 0 and redis.call("ZCOUNT", KEYS[2], now, "+i
 	redis.call("DEL", KEYS[2]) -- only expired readers are left in it
 	if redis.call("GET", KEYS[3]) == ARGV[3] then
 		redis.call("DEL", KEYS[3])
+	end
+	if ARGV[5] == "1" then
+		return tonumber(redis.call("GET", KEYS[4]) or "0") + 1
 	end
 	return 1
 end
