@@ -7,6 +7,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/redistest"
 )
 
 // scriptedTokens returns a token function that returns the given tokens in
@@ -212,4 +215,117 @@ func TestRealRWMutexWriterFencing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, w.Token())
 	require.NoError(t, w.Unlock(ctx))
+}
+
+// rwLoad runs 2 writers that want the lock again 1 ms after releasing it and
+// 4 readers that want it again at once, on rw for d, each holding 2 ms. It
+// returns each side's waits (from wanting to holding).
+func rwLoad(tb testing.TB, rw *redlock.RWMutex, d time.Duration) (writes, reads []time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	worker := func(write bool) {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			began := time.Now()
+			var l *redlock.Lock
+			var err error
+			if write {
+				l, err = rw.Lock(ctx, time.Second)
+			} else {
+				l, err = rw.RLock(ctx, time.Second)
+			}
+			if err != nil {
+				continue // ctx ended, or the tries ran out: want it again
+			}
+			wait := time.Since(began)
+			mu.Lock()
+			if write {
+				writes = append(writes, wait)
+			} else {
+				reads = append(reads, wait)
+			}
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			_ = l.Unlock(context.Background())
+			if write {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	for range 2 {
+		wg.Add(1)
+		go worker(true)
+	}
+	for range 4 {
+		wg.Add(1)
+		go worker(false)
+	}
+	wg.Wait()
+	return writes, reads
+}
+
+// p99 returns the 99th percentile of ds, or -1 for none.
+func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return -1
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)*99)/100]
+}
+
+// Phase fairness: with 2 writers that want the lock again 1 ms after
+// releasing it and 4 readers, both sides get in. Before the fix, the
+// writers' intent marks kept every reader out: readers got in 0 times in 3 s
+// in two of three runs.
+func TestRealRWMutexPhaseFair(t *testing.T) {
+	addrs := realNodes(t, 3)
+	c := realClient(t, addrs, redlock.WithTries(1<<20), redlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
+	writes, reads := rwLoad(t, c.RWMutex("fair"), 2*time.Second)
+	t.Logf("writers got in %d times (p99 wait %v), readers %d times (p99 wait %v)", len(writes), p99(writes), len(reads), p99(reads))
+	assert.GreaterOrEqual(t, len(writes), 10, "writers starved")
+	assert.GreaterOrEqual(t, len(reads), 10, "readers starved")
+}
+
+// Neither upgrade nor downgrade: a reader's TryLock is refused while it
+// holds its read lock, and a writer's TryRLock while it holds the write
+// lock (the RWMutex doc comment).
+func TestRealRWMutexNoUpgradeOrDowngrade(t *testing.T) {
+	c := realClient(t, realNodes(t, 3))
+	ctx := context.Background()
+	rw := c.RWMutex("convert")
+	r, err := rw.TryRLock(ctx, time.Minute)
+	require.NoError(t, err)
+	_, err = rw.TryLock(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "upgrade")
+	require.NoError(t, r.Unlock(ctx))
+	w, err := rw.TryLock(ctx, time.Minute)
+	require.NoError(t, err, "after the read lock's Unlock")
+	_, err = rw.TryRLock(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "downgrade")
+	require.NoError(t, w.Unlock(ctx))
+	r, err = rw.TryRLock(ctx, time.Minute)
+	require.NoError(t, err, "after the write lock's Unlock")
+	require.NoError(t, r.Unlock(ctx))
+}
+
+// BenchmarkRWMutexPhaseFair measures both sides' waits under the load of
+// TestRealRWMutexPhaseFair for 3 s on 3 local redis-server nodes: how often
+// each side got in, and its p99 wait from wanting the lock to holding it.
+// One iteration is one 3 s run (-benchtime 1x).
+func BenchmarkRWMutexPhaseFair(b *testing.B) {
+	var addrs []string
+	for _, s := range redistest.StartN(b, 3) {
+		addrs = append(addrs, s.Addr)
+	}
+	c := realClient(b, addrs, redlock.WithTries(1<<20), redlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
+	for i := 0; i < b.N; i++ {
+		writes, reads := rwLoad(b, c.RWMutex(fmt.Sprintf("fair-%d", i)), 3*time.Second)
+		b.ReportMetric(float64(len(writes)), "writes/run")
+		b.ReportMetric(float64(len(reads)), "reads/run")
+		b.ReportMetric(float64(p99(writes).Microseconds())/1000, "writer-p99-ms")
+		b.ReportMetric(float64(p99(reads).Microseconds())/1000, "reader-p99-ms")
+	}
 }

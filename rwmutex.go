@@ -14,34 +14,49 @@ import (
 
 // The read-write lock: many readers or one writer, on a majority of nodes.
 //
-// Each node keeps three keys per lock key, in one Redis Cluster hash slot
-// (rwNames):
+// Each node keeps five keys per lock key, in one Redis Cluster hash slot
+// (rwNames, rwQueueNames):
 //
 //   - the writer key, set to the writer's token with PX ttl, as the mutex's
 //     key is;
 //   - the readers set, a sorted set of reader tokens, each scored by its
 //     expiry in milliseconds of the node's TIME; the scripts prune expired
 //     members before they look;
-//   - the intent mark, left by a writer that is waiting, with a short PX.
+//   - the intent mark, left by a writer that is waiting, with a short PX;
+//   - the waiting readers, a sorted set of the wait ids of readers that were
+//     refused and will try again, and the entitled readers, those of them
+//     that a writer's release let in first (phase fairness, below).
 //
-// A node grants a writer only if it has no writer and no live reader
-// (scripts/rw_lock.lua), and a reader only if it has no writer and no intent
-// mark (scripts/rw_rlock.lua). Both sides need a majority: any two
+// A node grants a writer only if it has no writer, no live reader and no
+// live entitled reader (scripts/rw_lock.lua), and a reader only if it has
+// no writer and either no intent mark or an entitlement for the reader
+// (scripts/rw_rlock.lua). Both sides need a majority: any two
 // majorities share a node, and that node never holds a live writer together
 // with any other live holder, so a writer's validity never overlaps another
 // holder's (docs/rwlock.md). Readers need no bound among themselves.
 //
-// The intent mark is for liveness only: it can make a reader's acquisition
+// Phase fairness, as in Go's sync.RWMutex: a waiting writer's intent mark
+// refuses new readers, and a writer's release (scripts/rw_unlock.lua) lets
+// the readers waiting at that moment in before the next writer. So a reader
+// waits for at most one writer's hold, besides the one that holds when it
+// arrives; a writer waits for at most one reader phase (the readers holding,
+// and those entitled by the last release) before each writer that goes
+// ahead of it. Writers among themselves have no order, as for the mutex.
+//
+// The intent mark and the entitlements are for liveness only: they can make
+// a writer's or reader's acquisition refuse, never make a writer be granted,
+// and let a reader past nothing but an intent mark. The intent mark itself
+// is for liveness only: it can make a reader's acquisition
 // refuse, never make anything be granted, so it cannot break exclusion.
 
 var (
 	//go:embed scripts/rw_lock.lua
 	rwLockSource string
-	rwLockScript = newScript(rwLockSource, 4)
+	rwLockScript = newScript(rwLockSource, 5)
 
 	//go:embed scripts/rw_rlock.lua
 	rwRLockSource string
-	rwRLockScript = newScript(rwRLockSource, 3)
+	rwRLockScript = newScript(rwRLockSource, 5)
 
 	//go:embed scripts/rw_rextend.lua
 	rwRExtendSource string
@@ -54,6 +69,14 @@ var (
 	//go:embed scripts/rw_unintent.lua
 	rwUnintentSource string
 	rwUnintentScript = newScript(rwUnintentSource, 1)
+
+	//go:embed scripts/rw_unlock.lua
+	rwUnlockSource string
+	rwUnlockScript = newScript(rwUnlockSource, 3)
+
+	//go:embed scripts/rw_unwait.lua
+	rwUnwaitSource string
+	rwUnwaitScript = newScript(rwUnwaitSource, 2)
 )
 
 // An RWMutex is a read-write lock on key over the Client's nodes. Made by
@@ -65,12 +88,30 @@ var (
 // Lock and TryLock acquire it for writing, exclusive of every other holder;
 // RLock and TryRLock for reading, shared with other readers and exclusive
 // of writers. Each returns a *Lock whose Extend, Unlock, Until and Done work
-// as for the mutex, on that holder's part of the lock.
+// as for the mutex, on that holder's part of the lock. With WithFencing, a
+// writer's Token is a fencing token; a reader's is 0.
+//
+// Fairness is phase-fair, as for sync.RWMutex: while a writer waits in
+// Lock, new readers are refused; when a writer unlocks, the readers waiting
+// in RLock at that moment go in before the next writer. A reader therefore
+// waits for at most one writer's hold besides the current one, and a writer
+// for at most one phase of readers before each writer that goes ahead of
+// it, plus retry pauses (docs/rwlock.md has the bounds and measurements).
+// A writer that loses its hold by expiry instead of Unlock entitles no one.
+//
+// There is no upgrade or downgrade: a holder of the read lock that calls
+// Lock waits for every reader, itself included, so it waits until its own
+// read lock ends (Unlock it first, then Lock: another writer may go between);
+// a writer that calls RLock is refused while it holds the writer key, so
+// RLock waits until the write lock ends (Unlock it, then RLock: another
+// writer may go between). Each is a release and a
+// new acquisition, never an atomic conversion.
 type RWMutex struct {
 	client *Client
 	key    string
 
 	writer, readers, intent any // the node keys, as command arguments (rwNames)
+	waiting, entitled       any // phase fairness: waiting and entitled readers (rwQueueNames)
 
 	noIntent bool // tests: writers leave no intent mark, to measure starvation
 }
@@ -80,11 +121,20 @@ type RWMutex struct {
 // the nodes are named by RWNames and never clash with a mutex on the same
 // key.
 func (c *Client) RWMutex(key string) *RWMutex {
-	var w, r, i string
+	var w, r, i, q, e string
 	if c != nil {
 		w, r, i = rwNames(c.keyPrefix + key)
+		q, e = rwQueueNames(w)
 	}
-	return &RWMutex{client: c, key: key, writer: w, readers: r, intent: i}
+	return &RWMutex{client: c, key: key, writer: w, readers: r, intent: i, waiting: q, entitled: e}
+}
+
+// rwQueueNames names, from the writer key, the two sets of phase fairness:
+// the readers waiting, and those a writer's release let in before the next
+// writer. They share the writer key's slot.
+func rwQueueNames(writer string) (waiting, entitled string) {
+	base := strings.TrimSuffix(writer, ":w")
+	return base + ":q", base + ":e"
 }
 
 // RWNames returns the names of the keys that the read-write lock on key
@@ -214,8 +264,10 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 	if c.closed.Load() {
 		return nil, invalid("%v", errClosed)
 	}
-	var intent string // the waiting writer's mark, the same across its attempts
-	if write && tries > 1 && !m.noIntent {
+	// The waiting writer's mark, or the waiting reader's registration, the
+	// same across its attempts.
+	var intent string
+	if tries > 1 && (!write || !m.noIntent) {
 		if intent, err = c.newToken(); err == nil && intent == "" {
 			err = errors.New("empty token")
 		}
@@ -226,7 +278,7 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 	marked := false // an attempt may have left the mark
 	giveUp := func(err error) (*Lock, error) {
 		if marked {
-			m.unmark(ctx, intent)
+			m.unmark(ctx, intent, write)
 		}
 		return nil, err
 	}
@@ -255,6 +307,13 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 			if c.obs != nil {
 				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: m.key, Try: try, Wait: time.Since(began),
 					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum, Token: l.fence})
+			}
+			if marked && !write && (try > 1 || l.args.masks.agreed.Load() != 1<<len(c.nodes)-1) {
+				// The granting nodes dropped this reader's registration;
+				// a node that refused it (or has not answered yet) may
+				// keep it, and would entitle it at the next writer's
+				// release, holding writers back there until it lapses.
+				m.unmark(ctx, intent, false)
 			}
 			return l, nil
 		case tokenFailed:
@@ -308,11 +367,11 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	// go may have been overtaken.
 	fellBack := new(atomic.Uint64)
 	var set, release nodeOp
+	markMs := int64(0)
+	if mark > 0 {
+		markMs = max(mark.Milliseconds(), 1)
+	}
 	if write {
-		markMs := int64(0)
-		if mark > 0 {
-			markMs = max(mark.Milliseconds(), 1)
-		}
 		fenced := any("0")
 		if c.fencing {
 			fenced = "1"
@@ -320,17 +379,18 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		args.fenceKey = fenceKeyWith(c.fencePrefix, name.(string)) // declared always, read with fencing
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.rwScript(ctx, deadline, l, fellBack, &rwLockScript, "write lock", &l.highest,
-				m.writer, m.readers, m.intent, args.fenceKey, args.token, args.ttl, intent, markMs, fenced)
+				m.writer, m.readers, m.intent, args.fenceKey, m.entitled, args.token, args.ttl, intent, markMs, fenced)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.release(ctx, deadline, args)
+			_, err := n.rwUnlock(ctx, deadline, args)
+			return err == nil, err
 		}
 		l.ops = &rwWriterOps
 	} else {
 		l.ops = &rwReaderOps
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.rwScript(ctx, deadline, l, fellBack, &rwRLockScript, "read lock", nil,
-				m.writer, m.readers, m.intent, args.token, args.ttl)
+				m.writer, m.readers, m.intent, m.waiting, m.entitled, args.token, args.ttl, intent, markMs)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			_, err := n.eval(ctx, deadline, args.lane, &rwRUnlockScript, args.key, args.token)
@@ -391,16 +451,31 @@ func (m *RWMutex) fence(ctx context.Context, l *Lock, release nodeOp, until time
 	return nil
 }
 
-// unmark removes a writer's intent mark from every node, once it has given
-// up: best effort, within a node timeout, even if ctx has ended. A node it
+// unmark removes a writer's intent mark, or a reader's registration among
+// the waiting and entitled readers, from every node, once it has given up:
+// best effort, within a node timeout, even if ctx has ended. A node it
 // misses drops the mark at its ttl.
-func (m *RWMutex) unmark(ctx context.Context, intent string) {
+func (m *RWMutex) unmark(ctx context.Context, intent string, write bool) {
+	lane := laneOf(m.intent.(string))
 	m.client.fanout(context.WithoutCancel(ctx), round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			_, err := n.eval(ctx, deadline, laneOf(m.intent.(string)), &rwUnintentScript, m.intent, intent)
+			var err error
+			if write {
+				_, err = n.eval(ctx, deadline, lane, &rwUnintentScript, m.intent, intent)
+			} else {
+				_, err = n.eval(ctx, deadline, lane, &rwUnwaitScript, m.waiting, m.entitled, intent)
+			}
 			return err == nil, err
 		},
 	})
+}
+
+// rwUnlock runs a writer's release (rw_unlock.lua) on the writer key a.key:
+// true if the node deleted it, false if it was gone or another token's.
+func (n *node) rwUnlock(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+	q, e := rwQueueNames(a.key.(string))
+	reply, err := n.eval(ctx, deadline, a.lane, &rwUnlockScript, a.key, q, e, a.token, a.channel)
+	return reply == int64(1), err
 }
 
 // rwScript runs an acquisition script for l, clearing the node's bit in
@@ -458,8 +533,9 @@ var rwReaderOps = holdOps{
 	},
 }
 
-// rwWriterOps hold a writer's key. They are the mutex's scripts, but a
-// writer is never re-seeded (Lock.Extend): a SET NX of the writer key would
+// rwWriterOps hold a writer's key: the mutex's extend script, and
+// rw_unlock.lua, which also lets waiting readers in first. A writer is
+// never re-seeded (Lock.Extend): a SET NX of the writer key would
 // not check the readers set, as rw_lock.lua does.
 var rwWriterOps = holdOps{
 	extend: func(n *node, ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
@@ -467,7 +543,7 @@ var rwWriterOps = holdOps{
 		return ok, err
 	},
 	releaseOwned: func(n *node, ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-		return n.releaseOwned(ctx, deadline, a)
+		return n.rwUnlock(ctx, deadline, a)
 	},
 }
 
