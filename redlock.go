@@ -41,7 +41,7 @@ type Client struct {
 	quorum             int
 	tries              int
 	retryMin, retryMax time.Duration // Do's pause after a failed Extend
-	retry              RetryStrategy // Lock's pauses
+	retry              retryPolicy   // Lock's pauses
 	retrySet           bool          // WithRetryStrategy was given, so retry must not be nil
 	driftFactor        float64
 	nodeTimeout        time.Duration
