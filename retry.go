@@ -100,8 +100,8 @@ func (c *Client) hopeless(err error) (bool, int) {
 
 // causesOf returns the errors an aggregate holds, or err alone.
 func causesOf(err error) []error {
-	if u, ok := err.(interface{ WrappedErrors() []error }); ok {
-		return u.WrappedErrors()
+	if e, ok := err.(*opError); ok {
+		return e.causes
 	}
 	return []error{err}
 }
