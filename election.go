@@ -60,14 +60,14 @@ type ElectionOption func(*Election)
 
 // WithElectionTTL sets the ttl of the lock behind a leadership. The leader
 // extends it every ttl/3 while it leads; if the leader dies, another
-// candidate is elected at most about one ttl later. The default is
-// defaultElectionTTL (10s). It must exceed the clock drift allowance.
+// candidate is elected at most about one ttl later. The default is 10s.
+// It must exceed the clock drift allowance.
 func WithElectionTTL(ttl time.Duration) ElectionOption {
 	return func(e *Election) { e.ttl = ttl }
 }
 
 // WithObserveInterval sets how often Observe asks the nodes who leads. The
-// default is defaultObserveInterval (250ms). d must be positive.
+// default is 250ms. d must be positive.
 func WithObserveInterval(d time.Duration) ElectionOption {
 	return func(e *Election) { e.interval = d }
 }

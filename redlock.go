@@ -94,7 +94,7 @@ func (f *inflight) wait(limit time.Duration) bool {
 type Option func(*Client)
 
 // WithTries sets how many attempts Lock makes before it gives up.
-// The default is defaultTries (32). n must be at least 1.
+// The default is 32. n must be at least 1.
 func WithTries(n int) Option {
 	return func(c *Client) { c.tries = n }
 }
@@ -109,15 +109,15 @@ func WithRetryDelay(min, max time.Duration) Option {
 }
 
 // WithDriftFactor sets the fraction of the ttl reserved for clock drift
-// between this client and the nodes (see clock.go). The default is
-// defaultDriftFactor (0.01). f must lie in [0, 1).
+// between this client and the nodes. The default is 0.01.
+// f must lie in [0, 1).
 func WithDriftFactor(f float64) Option {
 	return func(c *Client) { c.driftFactor = f }
 }
 
 // WithNodeTimeout bounds each node's part of an operation: connecting,
 // sending and reading the reply. A node that takes longer counts as failed.
-// The default, defaultNodeTimeout (50ms), suits loopback and LAN links with
+// The default, 50ms, suits loopback and LAN links with
 // ttls of a second or more; it should be a small fraction of the ttl.
 // d must be positive.
 func WithNodeTimeout(d time.Duration) Option {
@@ -140,7 +140,7 @@ func WithTokenFunc(f func() (string, error)) Option {
 
 // WithKeyPrefix puts prefix before every key this Client keeps on the
 // nodes: lock keys, and the names derived from them (fencing counters, the
-// keys of RWMutex, Semaphore and Election), and before releaseChannel. Keys
+// keys of RWMutex, Semaphore and Election), and before the release channel, "redlock:released". Keys
 // given to the API, and reported by Lock.Key and to an observe.Observer, stay
 // without it. Clients that share locks must use the same prefix. A prefix
 // with a hash tag ("{app}:") puts all of the Client's keys in one Redis
@@ -156,7 +156,7 @@ const defaultFencePrefix = keys.DefaultFencePrefix
 // WithFencePrefix places the fencing counters (WithFencing): the counter of
 // lock key k is prefix + "{k}", or prefix + k when k has a hash tag of its
 // own, so that it shares k's Redis Cluster slot (Client.FenceKey). The
-// default is defaultFencePrefix. The prefix must be non-empty and contain no
+// default is "redlock:fence:". The prefix must be non-empty and contain no
 // brace. Counters never expire (docs/fencing.md says what they cost and how
 // to remove those of retired keys); changing the prefix starts every
 // counter again from zero, which breaks the order of tokens across the
@@ -298,7 +298,7 @@ func isNil(v any) bool {
 // (WithRetryDelay, WithRetryStrategy) until it holds the lock, the tries run
 // out (WithTries), the strategy gives up, or ctx ends. While it waits, a
 // release of key on enough nodes wakes it for an extra attempt at once
-// (WithWakeUp, on by default with pools that are Subscribers; wake.go);
+// (WithWakeUp, on by default with pools that are Subscribers);
 // such attempts do not count as tries. It does not retry
 // failures that are not contention, which would only repeat: a token
 // function that fails, or so many nodes refusing the command itself

@@ -77,7 +77,7 @@ type RWMutex struct {
 
 // RWMutex returns the read-write lock on key. It makes no network call; an
 // empty key is reported by the first call that uses it. The lock's keys on
-// the nodes are named by rwNames and never clash with a mutex on the same
+// the nodes are named apart from a mutex's and never clash with a mutex on the same
 // key.
 func (c *Client) RWMutex(key string) *RWMutex {
 	var w, r, i string

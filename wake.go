@@ -83,7 +83,7 @@ const ageScale = 16
 const maxSplitShift = 6
 
 // WithWakeUp turns wake-up on release on or off (on by default). On, every
-// release announces itself on releaseChannel, and a Lock that waits is woken
+// release announces itself on the channel "redlock:released", and a Lock that waits is woken
 // by the announcements of other Clients' releases, through one subscription
 // per node that is a Subscriber. Off, releases send no announcement and Lock
 // waits for its timed attempts only; a Client with wake-up off does not
