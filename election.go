@@ -24,6 +24,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 var (
@@ -356,28 +358,31 @@ type Leadership struct {
 // errResigned is the cause of a resigned leadership's end.
 var errResigned = fmt.Errorf("%w: resigned", ErrNotLeader)
 
-// run keeps the leadership (do.go's keep) and, until a majority has it,
-// publishes the leader record again after each retry delay.
+// run keeps the leadership (do.go's keep) and publishes the leader record
+// again: after each retry delay until a majority has it, then every ttl/3
+// while it leads, so that the record is wherever the key is. Extend
+// re-seeds the key on a node that restarted empty, but not the record;
+// without the repeat, that node, and with enough of them a majority, would
+// read "no leader" for the whole term.
 func (ld *Leadership) run() {
 	defer close(ld.ended)
 	c := ld.election.client
 	var wg sync.WaitGroup
-	if !ld.published.Load() {
-		wg.Go(func() {
-			for {
-				pause := time.NewTimer(c.retryDelay())
-				select {
-				case <-ld.ctx.Done():
-					pause.Stop()
-					return
-				case <-pause.C:
-				}
-				if ld.publish(ld.ctx) {
-					return
-				}
+	wg.Go(func() {
+		for {
+			pause := time.NewTimer(ld.election.ttl / 3)
+			if !ld.published.Load() {
+				pause.Reset(c.retryDelay())
 			}
-		})
-	}
+			select {
+			case <-ld.ctx.Done():
+				pause.Stop()
+				return
+			case <-pause.C:
+			}
+			ld.publish(ld.ctx)
+		}
+	})
 	ld.lost = c.keep(ld.lock, ld.election.ttl, ld.stop, ld.cancel).err
 	ld.cancel(ld.lost) // keep has cancelled with the cause already, unless Resign did first
 	wg.Wait()
@@ -391,7 +396,7 @@ func (ld *Leadership) publish(ctx context.Context) bool {
 	token, term, value := any(l.token), any(int64(l.fence)), any(ld.value)
 	key, record := l.args.key, any(ld.election.record) // the key on the nodes, with the prefix
 	won, _ := c.fanout(ctx, round{
-		key: l.key,
+		key: l.key, kind: observe.OpPublish, id: c.newID(),
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			reply, err := n.eval(ctx, deadline, l.args.lane, &electPublishScript, key, record, token, term, value)
 			return reply == int64(1), err

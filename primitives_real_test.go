@@ -19,6 +19,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/observe"
 )
 
 // scriptedTokens returns a token function that returns the given tokens in
@@ -328,4 +329,67 @@ func BenchmarkRWMutexPhaseFair(b *testing.B) {
 		b.ReportMetric(float64(p99(writes).Microseconds())/1000, "writer-p99-ms")
 		b.ReportMetric(float64(p99(reads).Microseconds())/1000, "reader-p99-ms")
 	}
+}
+
+// The leader record is kept wherever the key is: after two of three nodes
+// restart empty, the leader's Extend re-seeds its key there, and its
+// publish loop writes the record there again, so that Leader reads the
+// leader again within a keep tick or two. Before the fix the record was
+// published once, and a majority then read "no leader" for the whole term.
+func TestRealElectionRecordFollowsReseededKey(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr)
+	}
+	c := realClient(t, addrs)
+	ctx := context.Background()
+	e := c.Election("svc", redlock.WithElectionTTL(900*time.Millisecond))
+	ld, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+	defer func() { _ = ld.Resign(ctx) }()
+	got, err := e.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ld.Term(), got.Term)
+
+	// One node at a time, so that the leadership keeps its majority; Extend
+	// re-seeds the key on each restarted node (every ttl/3).
+	for i, s := range servers[1:] {
+		s.Stop()
+		restarted := redistest.StartOnPort(t, s.Port)
+		require.NoError(t, restarted.WaitReady(5*time.Second))
+		conn := realConn(t, s.Addr)
+		require.True(t, realEventually(3*time.Second, func() bool { return realGet(t, conn, "svc") != "" }),
+			"restarted node %d never got the key back", i+1)
+	}
+	require.NoError(t, ld.Err(), "the leadership survived the restarts")
+	var last error
+	ok := realEventually(3*time.Second, func() bool {
+		got, last = e.Leader(ctx)
+		return last == nil && got.Term == ld.Term() && got.Value == "a"
+	})
+	require.True(t, ok, "the leader reads as none after its key was re-seeded: %v", last)
+}
+
+// The publish round of an election shows in an Observer as its own op,
+// "publish", not as an unknown one.
+func TestRealElectionPublishObserved(t *testing.T) {
+	rec := &recorder{}
+	c := realClient(t, realNodes(t, 3), redlock.WithObserver(rec))
+	ctx := context.Background()
+	ld, err := c.Election("obs").Campaign(ctx, "a")
+	require.NoError(t, err)
+	require.True(t, realEventually(2*time.Second, func() bool {
+		n := 0
+		for _, e := range rec.kinds(observe.KindNode) {
+			if e.Op == observe.OpPublish && e.Outcome == observe.OutcomeAgreed {
+				n++
+			}
+		}
+		return n >= 3
+	}), "every node's answer to the publish round")
+	for _, e := range rec.kinds(observe.KindNode) {
+		assert.NotEqual(t, "unknown", e.Op.String(), "node %d's op", e.Node)
+	}
+	require.NoError(t, ld.Resign(ctx))
 }
