@@ -393,3 +393,24 @@ func TestRealElectionPublishObserved(t *testing.T) {
 	}
 	require.NoError(t, ld.Resign(ctx))
 }
+
+// Proclaim changes the leader's value and keeps its term, as etcd's does.
+func TestRealElectionProclaim(t *testing.T) {
+	c := realClient(t, realNodes(t, 3))
+	ctx := context.Background()
+	e := c.Election("proclaim")
+	ld, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+	require.NoError(t, ld.Proclaim(ctx, "b"))
+	assert.Equal(t, "b", ld.Value())
+	got, err := e.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, redlock.Leader{Value: "b", Term: ld.Term()}, got)
+
+	require.NoError(t, ld.Resign(ctx))
+	err = ld.Proclaim(ctx, "c")
+	require.ErrorIs(t, err, redlock.ErrNotLeader, "after Resign")
+	assert.Equal(t, "b", ld.Value())
+	var none *redlock.Leadership
+	require.ErrorIs(t, none.Proclaim(ctx, "x"), redlock.ErrInvalid)
+}
