@@ -414,3 +414,28 @@ func TestRealElectionProclaim(t *testing.T) {
 	var none *redlock.Leadership
 	require.ErrorIs(t, none.Proclaim(ctx, "x"), redlock.ErrInvalid)
 }
+
+// A Permit answers what a Lock answers: Key, Held, Margin (against the
+// semaphore's quorum, not the majority) and Token (0: no fencing).
+func TestRealPermitSurface(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr)
+	}
+	c := realClient(t, addrs, redlock.WithFencing())
+	ctx := context.Background()
+	s := mustSemaphore(t, c, "surface", 2) // quorum 4 of 5
+	p, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, "surface", p.Key())
+	assert.Zero(t, p.Token())
+	require.True(t, realEventually(2*time.Second, func() bool { return p.Held() == 5 }))
+	assert.Equal(t, 1, p.Margin(), "5 holders, quorum 4")
+
+	servers[0].Stop()
+	require.NoError(t, p.Extend(ctx, time.Minute))
+	require.True(t, realEventually(2*time.Second, func() bool { return p.Held() == 4 && p.Margin() == 0 }),
+		"one node down: held %d, margin %d", p.Held(), p.Margin())
+	require.NoError(t, p.Release(ctx))
+}

@@ -200,41 +200,60 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 	if c.closed.Load() {
 		return nil, invalid("%v", errClosed)
 	}
+	// The call's events for an Observer, as Client.Lock sends them.
+	id := c.newID()
+	var began time.Time
+	if c.obs != nil {
+		began = time.Now()
+	}
+	failed := func(try int, err error) (*Permit, error) {
+		return nil, c.notAcquired(ctx, id, s.key, try, began, err)
+	}
 	for try := 1; ; try++ {
-		p, err := s.attempt(ctx, ttl)
+		if c.obs != nil {
+			c.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: s.key, Try: try})
+		}
+		p, err := s.attempt(ctx, ttl, id)
 		_, tokenFailed := err.(*tokenError)
 		switch {
 		case err == nil:
+			if c.obs != nil {
+				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: s.key, Try: try, Wait: time.Since(began),
+					Held: p.Held(), Margin: p.Margin(), Quorum: s.quorum})
+			}
 			return p, nil
 		case tokenFailed:
-			return nil, err
+			return failed(try, err)
 		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			return nil, withCause(err, ctx.Err())
+			return failed(try, withCause(err, ctx.Err()))
 		case ctx.Err() != nil || try == tries:
-			return nil, err
+			return failed(try, err)
 		}
 		// Hopeless once the nodes that refuse the command itself leave fewer
 		// than a quorum (c.hopeless counts them against the majority).
 		if _, n := c.hopeless(err); n > len(c.nodes)-s.quorum {
-			return nil, fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no quorum is possible)", err, n, len(c.nodes))
+			return failed(try, fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no quorum is possible)", err, n, len(c.nodes)))
 		}
 		delay := c.retry.Delay(try)
 		if delay < 0 {
-			return nil, err
+			return failed(try, err)
+		}
+		if c.obs != nil {
+			c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: s.key, Try: try, Delay: delay, Err: err})
 		}
 		pause := time.NewTimer(delay)
 		select {
 		case <-pause.C:
 		case <-ctx.Done():
 			pause.Stop()
-			return nil, withCause(err, ctx.Err())
+			return failed(try, withCause(err, ctx.Err()))
 		}
 	}
 }
 
 // attempt is one acquisition: the mutex's steps 1 to 4 with the
 // semaphore's script and quorum.
-func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, error) {
+func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (*Permit, error) {
 	c := s.client
 	token, err := c.newToken()
 	if err == nil && token == "" {
@@ -281,8 +300,8 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration) (*Permit, er
 		valid: func() bool { return repeated.Load() == 0 && c.clock.Now().Before(until) },
 		// A Release that overtakes an admission in flight undoes it.
 		overtaken: &p.state,
-		// Node events for an Observer; the semaphore reports no call events.
-		kind: observe.OpAcquire, key: s.key, id: c.newID(), masks: &args.masks,
+		// Node events for an Observer, under the call's ID.
+		kind: observe.OpAcquire, key: s.key, id: id, masks: &args.masks,
 	})
 	if !won {
 		if r := repeated.Load(); r != 0 {
@@ -400,6 +419,39 @@ func (p *Permit) Held() int {
 	}
 	return p.state.Held()
 }
+
+// Margin returns how many more nodes may fail before the permit no longer
+// stands on the semaphore's quorum: the nodes that hold its token or have
+// not answered yet, less the quorum, as Lock.Margin counts against the
+// majority. 0 means one node failure from loss. It is 0 for the nil
+// *Permit.
+func (p *Permit) Margin() int {
+	if p == nil {
+		return 0
+	}
+	m := p.state.held.Load()
+	if m == nil {
+		return 0
+	}
+	n := len(p.sem.client.nodes)
+	pending := n - bits.OnesCount64(m.answered.Load())
+	return bits.OnesCount64(m.agreed.Load()) + pending - p.sem.quorum
+}
+
+// Key returns the semaphore's key.
+func (p *Permit) Key() string {
+	if p == nil {
+		return ""
+	}
+	return p.sem.key
+}
+
+// Token returns 0: a permit has no fencing token. Permits are shared by up
+// to K holders, so a token that orders them would not say which writes to
+// refuse (docs/semaphore.md); a resource that needs exclusion uses a Lock
+// with WithFencing. It is there so that a Permit and a Lock answer the same
+// questions.
+func (p *Permit) Token() uint64 { return 0 }
 
 // removeOp returns the node operation that removes the permit's token: the
 // undo of a lost acquisition (p.state's bookkeeping unused, mark nil), or

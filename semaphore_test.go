@@ -695,5 +695,23 @@ func TestSemaphoreObserverSeesNodes(t *testing.T) {
 			assert.Equal(t, 3, n, "every node's answer to %v", op)
 		}
 	}
-	assert.Empty(t, rec.kinds(observe.KindAcquired))
+	// The call's own events, as for Lock, under the ID of its node events.
+	acquired := rec.kinds(observe.KindAcquired)
+	require.Len(t, acquired, 1)
+	assert.Equal(t, "obs", acquired[0].Key)
+	assert.Equal(t, 1, acquired[0].Try)
+	assert.Equal(t, s.Quorum(), acquired[0].Quorum)
+	assert.Contains(t, ids[observe.OpAcquire], acquired[0].ID, "the Acquired event's ID is its node events'")
+	require.Len(t, rec.kinds(observe.KindAttempt), 1)
+	assert.Empty(t, rec.kinds(observe.KindNotAcquired))
+
+	// A refused TryAcquire reports NotAcquired.
+	held, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	_, err = s.TryAcquire(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	failed := rec.kinds(observe.KindNotAcquired)
+	require.Len(t, failed, 1)
+	assert.ErrorIs(t, failed[0].Err, redlock.ErrNotObtained)
+	require.NoError(t, held.Release(ctx))
 }
