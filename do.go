@@ -61,6 +61,9 @@ const extendEvery = 3
 // and Unlock leave in the background for slow nodes, each ending within a
 // node timeout or two.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error) (err error) {
+	if err := c.usable(); err != nil {
+		return err
+	}
 	return c.hold(ctx, key, ttl, func(ctx context.Context) (*Lock, error) { return c.Lock(ctx, key, ttl) }, fn)
 }
 
@@ -98,6 +101,18 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 	fnCtx, cancel := context.WithCancelCause(parent)
 	stop := make(chan struct{})
 	kept := make(chan loss, 1)
+	// Close ends the hold at once: fn is told why, and the lock is
+	// released, within Close's bound, even if fn goes on.
+	closeHold := func() {
+		cancel(errClosedWhileHeld)
+		_ = release(context.WithoutCancel(ctx))
+	}
+	remove, ok := c.onClose(closeHold)
+	if !ok { // closed between the acquisition and here
+		closeHold()
+	} else {
+		defer remove()
+	}
 	go func() { kept <- c.keep(l, ttl, stop, cancel) }()
 
 	defer func() {
@@ -117,10 +132,12 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 		case held && ended.expired:
 			// Validity ran out after fn returned, before stop was seen.
 			ended.err = nil
+		case !held && errors.Is(context.Cause(fnCtx), ErrClosed):
+			ended.err = errClosedWhileHeld // Close released it before fn returned
 		case !held && ended.err == nil:
 			ended.err = lostCause("validity ran out before fn returned", nil)
 		}
-		_ = release(context.WithoutCancel(ctx)) // a failure reaches the Observer
+		_ = release(context.WithoutCancel(ctx)) // always sent; a failure reaches the Observer
 		if ended.err != nil {
 			if lost != nil {
 				lost(ended.err)
@@ -148,6 +165,11 @@ func (c *Client) keep(l lease, ttl time.Duration, stop <-chan struct{}, cancel c
 		select {
 		case <-stop:
 			return loss{}
+		case <-c.closing:
+			// Close: stop extending; whoever registered with onClose
+			// releases the lock.
+			cancel(errClosedWhileHeld)
+			return loss{err: errClosedWhileHeld}
 		case <-l.Done():
 			err := lostCause("validity ran out before an extension succeeded", last)
 			cancel(err)
