@@ -17,6 +17,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
 )
 
@@ -182,11 +183,11 @@ type chaosOOMCounter struct {
 	oom *atomic.Int64
 }
 
-func (p chaosOOMCounter) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (p chaosOOMCounter) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	err := p.Pool.Exec(ctx, cmds, replies)
 	if err == nil {
 		for _, r := range replies {
-			var rerr redlock.ReplyError
+			var rerr driver.ReplyError
 			if errors.As(r.Err, &rerr) && rerr.Code() == "OOM" {
 				p.oom.Add(1)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // A holdLoad is a set of workers contending for one key where every holder
@@ -99,7 +100,7 @@ func (ld *holdLoad) noteCauses(err error) {
 		ld.causes = map[string]int{}
 	}
 	for _, cause := range realNodeErrors(err) {
-		var rerr redlock.ReplyError
+		var rerr driver.ReplyError
 		code := "other"
 		if errors.As(cause, &rerr) {
 			code = rerr.Code()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 // ErrLockLost reports that a lock could no longer be proven held: in Do,
@@ -49,7 +51,7 @@ const extendEvery = 3
 //   - If the lock cannot be acquired, Do returns Lock's error and fn does not
 //     run.
 //   - If the lock was held until fn returned, Do returns fn's error. The
-//     release is best effort and not part of the error (an Observer is told
+//     release is best effort and not part of the error (an observe.Observer is told
 //     of its failure): if it fails, the key expires on the nodes it could
 //     not reach within ttl.
 //   - If the lock was lost before fn returned, Do returns fn's error joined
@@ -80,7 +82,7 @@ func (c *Client) hold(ctx context.Context, key string, ttl time.Duration, acquir
 	var lost func(error)
 	if c.obs != nil {
 		lost = func(err error) {
-			c.obs.Observe(ctx, Event{Kind: EventLost, ID: l.id, Key: key, HeldFor: time.Since(l.granted), Err: err})
+			c.obs.Observe(ctx, observe.Event{Kind: observe.KindLost, ID: l.id, Key: key, HeldFor: time.Since(l.granted), Err: err})
 		}
 	}
 	return c.holdLease(ctx, context.WithValue(ctx, heldKey{}, l), l, ttl, fn, l.Unlock, lost)
@@ -137,7 +139,7 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 		case !held && ended.err == nil:
 			ended.err = lostCause("validity ran out before fn returned", nil)
 		}
-		_ = release(context.WithoutCancel(ctx)) // always sent; a failure reaches the Observer
+		_ = release(context.WithoutCancel(ctx)) // always sent; a failure reaches the observe.Observer
 		if ended.err != nil {
 			if lost != nil {
 				lost(ended.err)

@@ -57,7 +57,7 @@
 //
 // Client.Ping reports each node's health; Lock.Held and Lock.Margin say how
 // many nodes hold a lock and how many more may fail; WithObserver (with
-// SlogObserver, or the .../otel module) reports every attempt, node answer,
+// observe.Slog, or the .../otel module) reports every attempt, node answer,
 // acquisition, extension, loss and release; Client.Close waits for the
 // releases left running in the background.
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // electTTL is the leadership ttl of the unit tests: long enough that the
@@ -682,9 +683,9 @@ type oddPool struct {
 	reply any
 }
 
-func (p *oddPool) Exec(_ context.Context, _ []redlock.Command, replies []redlock.Reply) error {
+func (p *oddPool) Exec(_ context.Context, _ []driver.Command, replies []driver.Reply) error {
 	for i := range replies {
-		replies[i] = redlock.Reply{Value: p.reply}
+		replies[i] = driver.Reply{Value: p.reply}
 	}
 	return nil
 }

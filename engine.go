@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 // The engine: one acquire loop, one release and one keep loop for every
@@ -164,7 +166,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			info.pause = delay
 		}
 		if c.obs != nil {
-			c.obs.Observe(ctx, Event{Kind: EventAttempt, ID: id, Key: a.key, Try: label, Woken: woken})
+			c.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: a.key, Try: label, Woken: woken})
 		}
 		sent := time.Now()
 		if waiting.IsZero() {
@@ -181,7 +183,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			return giveUp(label, fmt.Errorf("%w: the acquisition won after Close and was released", ErrClosed))
 		case err == nil:
 			if c.obs != nil {
-				c.obs.Observe(ctx, Event{Kind: EventAcquired, ID: id, Key: a.key, Try: label, Woken: woken, Wait: time.Since(began),
+				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: a.key, Try: label, Woken: woken, Wait: time.Since(began),
 					Held: l.Held(), Margin: l.Margin(), Quorum: need, Token: l.fence})
 			}
 			return l, nil
@@ -201,7 +203,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		case !woken:
 			next = time.Now().Add(delay)
 			if c.obs != nil {
-				c.obs.Observe(ctx, Event{Kind: EventRetry, ID: id, Key: a.key, Try: try, Delay: delay, Held: bits.OnesCount64(held), Err: err})
+				c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: try, Delay: delay, Held: bits.OnesCount64(held), Err: err})
 			}
 			try++
 			inPause, gapEnd = 0, time.Time{}
@@ -219,7 +221,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			inPause++
 			gapEnd = sent.Add(max(rtt, time.Microsecond) << min(inPause, 30))
 			if c.obs != nil {
-				c.obs.Observe(ctx, Event{Kind: EventRetry, ID: id, Key: a.key, Try: label, Woken: true, Delay: time.Until(next),
+				c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: label, Woken: true, Delay: time.Until(next),
 					Held: bits.OnesCount64(held), Err: err})
 			}
 		}

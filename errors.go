@@ -41,8 +41,8 @@ var (
 // reach them with errors.As.
 type NodeError struct {
 	Node int    // index of the node's pool in the slice passed to New
-	Addr string // the node's address, if its Pool is a Namer; else ""
-	Err  error  // the cause: a dial or I/O error, a ReplyError, or ErrNodeTimeout
+	Addr string // the node's address, if its Pool is a driver.Namer; else ""
+	Err  error  // the cause: a dial or I/O error, a driver.ReplyError, or ErrNodeTimeout
 }
 
 func (e *NodeError) Error() string {

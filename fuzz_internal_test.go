@@ -15,12 +15,13 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // fuzzReply builds a Reply from fuzzed parts: every shape a driver may hand
 // back, including error replies stored as values and values no Redis sends.
-func fuzzReply(kind uint8, s string, n int64, errKind uint8) Reply {
-	var r Reply
+func fuzzReply(kind uint8, s string, n int64, errKind uint8) driver.Reply {
+	var r driver.Reply
 	switch kind % 14 {
 	case 0: // a null reply
 	case 1:
@@ -36,7 +37,7 @@ func fuzzReply(kind uint8, s string, n int64, errKind uint8) Reply {
 	case 6:
 		r.Value = redis.Error(s) // redigo's error reply, as a value
 	case 7:
-		r.Value = ReplyError(s)
+		r.Value = driver.ReplyError(s)
 	case 8:
 		r.Value = errors.New(s)
 	case 9:
@@ -52,11 +53,11 @@ func fuzzReply(kind uint8, s string, n int64, errKind uint8) Reply {
 	}
 	switch errKind % 4 {
 	case 1:
-		r.Err = ReplyError(s)
+		r.Err = driver.ReplyError(s)
 	case 2:
 		r.Err = errors.New(s)
 	case 3:
-		r.Err = fmt.Errorf("wrapped: %w", ReplyError(s))
+		r.Err = fmt.Errorf("wrapped: %w", driver.ReplyError(s))
 	}
 	return r
 }
@@ -92,14 +93,14 @@ func FuzzClassify(f *testing.F) {
 			}
 		case errValue:
 			if v != nil || err == nil || err.Error() != e.Error() {
-				t.Fatalf("classify(%#v) = %#v, %v; want nil and a ReplyError %q", in, v, err, e.Error())
+				t.Fatalf("classify(%#v) = %#v, %v; want nil and a driver.ReplyError %q", in, v, err, e.Error())
 			}
-			var rerr ReplyError
+			var rerr driver.ReplyError
 			if !errors.As(err, &rerr) {
 				t.Fatalf("classify(%#v): %T is not a ReplyError", in, err)
 			}
 		case err != nil:
-			t.Fatalf("classify(%#v) = %#v, %v; want no error without Reply.Err or an error value", in, v, err)
+			t.Fatalf("classify(%#v) = %#v, %v; want no error without driver.Reply.Err or an error value", in, v, err)
 		}
 		if _, isErr := v.(error); isErr {
 			t.Fatalf("classify(%#v) returned the error %v as a value", in, v)
@@ -122,14 +123,14 @@ func FuzzClassify(f *testing.F) {
 		}
 
 		// ReplyError.Code: the text up to the first space.
-		code := ReplyError(s).Code()
+		code := driver.ReplyError(s).Code()
 		if !strings.HasPrefix(s, code) || strings.Contains(code, " ") ||
 			(len(code) < len(s)) != strings.Contains(s, " ") || (len(code) < len(s) && s[len(code)] != ' ') {
-			t.Fatalf("ReplyError(%q).Code() = %q", s, code)
+			t.Fatalf("driver.ReplyError(%q).Code() = %q", s, code)
 		}
 		// replyCode sees a ReplyError through any wrapping, and nothing else.
-		for _, e := range []error{ReplyError(s), fmt.Errorf("x: %w", ReplyError(s)),
-			&NodeError{Node: 1, Err: fmt.Errorf("y: %w", ReplyError(s))}} {
+		for _, e := range []error{driver.ReplyError(s), fmt.Errorf("x: %w", driver.ReplyError(s)),
+			&NodeError{Node: 1, Err: fmt.Errorf("y: %w", driver.ReplyError(s))}} {
 			if got := replyCode(e); got != code {
 				t.Fatalf("replyCode(%v) = %q, want %q", e, got, code)
 			}
@@ -150,11 +151,11 @@ func sameValue(a, b any) bool {
 // fuzzPool answers every command of every batch with one reply, or fails the
 // whole batch with err.
 type fuzzPool struct {
-	reply Reply
+	reply driver.Reply
 	err   error
 }
 
-func (p *fuzzPool) Exec(_ context.Context, _ []Command, replies []Reply) error {
+func (p *fuzzPool) Exec(_ context.Context, _ []driver.Command, replies []driver.Reply) error {
 	if p.err != nil {
 		return p.err
 	}
@@ -236,10 +237,10 @@ func FuzzNodeAgreement(f *testing.F) {
 // once.
 type memPool struct{ n *simNode }
 
-func (p *memPool) Exec(_ context.Context, cmds []Command, replies []Reply) error {
+func (p *memPool) Exec(_ context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	for i, c := range cmds {
 		v, err := p.n.exec(c.Name, c.Args)
-		replies[i] = Reply{Value: v, Err: err}
+		replies[i] = driver.Reply{Value: v, Err: err}
 	}
 	return nil
 }

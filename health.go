@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/quorumlock/redlock/driver"
 )
 
 // A Health is the state of a Client's nodes, as Ping found them.
@@ -16,7 +18,7 @@ type Health struct {
 // NodeHealth is one node's answer to Ping.
 type NodeHealth struct {
 	Node    int           // index of the node's pool
-	Addr    string        // the node's address, if its Pool is a Namer
+	Addr    string        // the node's address, if its Pool is a driver.Namer
 	Latency time.Duration // from sending PING to its answer, or to the failure
 	Err     error         // nil if the node answered PONG; else a *NodeError
 }
@@ -63,7 +65,7 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 	for _, nd := range c.nodes {
 		go func() {
 			defer c.calls.Done()
-			reply, err := nd.command(opCtx, deadline, Command{Name: "PING"})
+			reply, err := nd.command(opCtx, deadline, driver.Command{Name: "PING"})
 			if err == nil && reply != "PONG" {
 				err = nd.nodeError(fmt.Errorf("redlock: unexpected reply %v to PING", reply))
 			}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // TestMain fails the run if any test leaves a goroutine behind. Node calls
@@ -57,7 +58,7 @@ func (p *faultPool) onDone(f func(cmd string)) { p.afterDo.Store(&f) }
 
 func (p *faultPool) set(f fault) { p.fault.Store(int32(f)) }
 
-func (p *faultPool) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (p *faultPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	p.gets.Add(1)
 	if f := p.before.Load(); f != nil {
 		(*f)()
@@ -81,7 +82,7 @@ func (p *faultPool) Exec(ctx context.Context, cmds []redlock.Command, replies []
 		// error: the value must not count.
 		e := redis.Error("NOPERM this user has no permissions to run this command")
 		for i := range replies {
-			replies[i] = redlock.Reply{Value: e, Err: redlock.ReplyError(e)}
+			replies[i] = driver.Reply{Value: e, Err: driver.ReplyError(e)}
 		}
 		return nil
 	}

@@ -21,7 +21,7 @@ import (
 //     cancellation, ending at the node deadline. A command is never torn
 //     down mid-reply because its caller stopped waiting, so that other
 //     callers whose commands share its batch (pipe.go) are not failed by it.
-//   - Observer events, masks (answer, then settle), the test hook and
+//   - observe.Observer events, masks (answer, then settle), the test hook and
 //     Close's count of node calls are as for a node goroutine.
 //   - A lost round undoes its node if it agreed or failed (or always with
 //     r.undoAll), with a fresh node timeout that survives ctx's

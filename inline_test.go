@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/redlock/driver"
 )
 
 // goid returns the calling goroutine's ID, from the first line of its stack
@@ -34,7 +36,7 @@ type scriptedPool struct {
 	cmds  []string
 }
 
-func (p *scriptedPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
+func (p *scriptedPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	p.mu.Lock()
 	p.goids = append(p.goids, goid())
 	for _, c := range cmds {
@@ -51,9 +53,9 @@ func (p *scriptedPool) Exec(ctx context.Context, cmds []Command, replies []Reply
 	}
 	for i, c := range cmds {
 		if c.Name == "SET" {
-			replies[i] = Reply{Value: "OK"}
+			replies[i] = driver.Reply{Value: "OK"}
 		} else {
-			replies[i] = Reply{Value: int64(1)}
+			replies[i] = driver.Reply{Value: int64(1)}
 		}
 	}
 	return nil
@@ -186,7 +188,7 @@ type cancellingPool struct {
 	cancel func()
 }
 
-func (p cancellingPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
+func (p cancellingPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	err := p.honouringPool.Exec(ctx, cmds, replies)
 	p.cancel()
 	return err

@@ -14,24 +14,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/observe"
 )
 
 // recorder keeps every event it is told of.
 type recorder struct {
 	mu     sync.Mutex
-	events []redlock.Event
+	events []observe.Event
 }
 
-func (r *recorder) Observe(_ context.Context, e redlock.Event) {
+func (r *recorder) Observe(_ context.Context, e observe.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
 }
 
-func (r *recorder) kinds(k redlock.EventKind) []redlock.Event {
+func (r *recorder) kinds(k observe.Kind) []observe.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []redlock.Event
+	var out []observe.Event
 	for _, e := range r.events {
 		if e.Kind == k {
 			out = append(out, e)
@@ -51,33 +53,33 @@ func TestObserverSeesEveryStep(t *testing.T) {
 	l, err := client.Lock(ctx, "obs", time.Minute)
 	require.NoError(t, err)
 	c.settle(t)
-	require.Len(t, rec.kinds(redlock.EventAttempt), 1)
-	acq := rec.kinds(redlock.EventAcquired)
+	require.Len(t, rec.kinds(observe.KindAttempt), 1)
+	acq := rec.kinds(observe.KindAcquired)
 	require.Len(t, acq, 1)
 	assert.Equal(t, "obs", acq[0].Key)
 	assert.Equal(t, 1, acq[0].Try)
 	assert.Equal(t, 3, acq[0].Quorum)
 	assert.GreaterOrEqual(t, acq[0].Wait, time.Duration(0))
 
-	nodes := rec.kinds(redlock.EventNode)
+	nodes := rec.kinds(observe.KindNode)
 	require.Len(t, nodes, 5, "one event per node, stragglers included")
 	for _, e := range nodes {
-		assert.Equal(t, redlock.OpAcquire, e.Op)
+		assert.Equal(t, observe.OpAcquire, e.Op)
 		switch e.Node {
 		case 1:
-			assert.Equal(t, redlock.Failed, e.Outcome)
+			assert.Equal(t, observe.OutcomeFailed, e.Outcome)
 			assert.Equal(t, "NOPERM", e.Class)
 		case 3:
-			assert.Equal(t, redlock.Failed, e.Outcome)
+			assert.Equal(t, observe.OutcomeFailed, e.Outcome)
 			assert.Equal(t, "io", e.Class)
 			assert.ErrorIs(t, e.Err, errNodeDown)
 		default:
-			assert.Equal(t, redlock.Agreed, e.Outcome, "node %d", e.Node)
+			assert.Equal(t, observe.OutcomeAgreed, e.Outcome, "node %d", e.Node)
 		}
 	}
 	assert.Equal(t, 3, l.Held())
 	assert.Equal(t, 0, l.Margin(), "three of five: a bare majority")
-	settled := rec.kinds(redlock.EventSettled)
+	settled := rec.kinds(observe.KindSettled)
 	require.Len(t, settled, 1, "one settled event once every node answered")
 	assert.Equal(t, acq[0].ID, settled[0].ID)
 	assert.Equal(t, 3, settled[0].Held)
@@ -87,19 +89,19 @@ func TestObserverSeesEveryStep(t *testing.T) {
 	}
 
 	require.NoError(t, l.Extend(ctx, time.Minute))
-	require.Len(t, rec.kinds(redlock.EventExtended), 1)
+	require.Len(t, rec.kinds(observe.KindExtended), 1)
 
 	// A second Lock on the held key retries once, then gives up.
 	_, err = client.Lock(ctx, "obs", time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
-	require.Len(t, rec.kinds(redlock.EventRetry), 1)
-	na := rec.kinds(redlock.EventNotAcquired)
+	require.Len(t, rec.kinds(observe.KindRetry), 1)
+	na := rec.kinds(observe.KindNotAcquired)
 	require.Len(t, na, 1)
 	assert.Equal(t, 2, na[0].Try)
 	assert.ErrorIs(t, na[0].Err, redlock.ErrNotObtained)
 
 	require.NoError(t, l.Unlock(ctx))
-	rel := rec.kinds(redlock.EventReleased)
+	rel := rec.kinds(observe.KindReleased)
 	require.Len(t, rel, 1)
 	assert.Greater(t, rel[0].HeldFor, time.Duration(0))
 
@@ -112,7 +114,7 @@ func TestObserverSeesEveryStep(t *testing.T) {
 		c.pools[i].set(failing)
 	}
 	require.Error(t, l2.Unlock(ctx))
-	require.Len(t, rec.kinds(redlock.EventReleaseFailed), 1)
+	require.Len(t, rec.kinds(observe.KindReleaseFailed), 1)
 }
 
 func TestHeldAndMargin(t *testing.T) {
@@ -139,7 +141,7 @@ func TestHeldAndMargin(t *testing.T) {
 	assert.Equal(t, 4, f.Held())
 }
 
-// Do reports a lost lock to the Observer, with its cause.
+// Do reports a lost lock to the observe.Observer, with its cause.
 func TestObserverSeesLoss(t *testing.T) {
 	doNoLeaks(t)
 	nodes := doStart(t, 3)
@@ -153,7 +155,7 @@ func TestObserverSeesLoss(t *testing.T) {
 		return nil
 	})
 	require.ErrorIs(t, err, redlock.ErrLockLost)
-	lost := rec.kinds(redlock.EventLost)
+	lost := rec.kinds(observe.KindLost)
 	require.Len(t, lost, 1)
 	assert.ErrorIs(t, lost[0].Err, redlock.ErrLockLost)
 	assert.Equal(t, "lost", lost[0].Key)
@@ -168,15 +170,40 @@ func TestNilObserverRejected(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrInvalid)
 }
 
+// Observers stack: each one given is told of every event, in order.
+func TestObserversStack(t *testing.T) {
+	c := newCluster(t, 3)
+	var order []string
+	first, second := &recorder{}, &recorder{}
+	client := c.client(t, redlock.WithObserver(first), redlock.WithObserver(observerFunc(func(e observe.Event) {
+		if e.Kind == observe.KindAcquired {
+			order = append(order, "second")
+			require.Len(t, first.kinds(observe.KindAcquired), 1, "the first observer is told first")
+		}
+	})), redlock.WithObserver(second))
+	l, err := client.TryLock(context.Background(), "stacked", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(context.Background()))
+	assert.Equal(t, []string{"second"}, order)
+	for _, rec := range []*recorder{first, second} {
+		assert.Len(t, rec.kinds(observe.KindAcquired), 1)
+		assert.Len(t, rec.kinds(observe.KindReleased), 1)
+	}
+}
+
+type observerFunc func(observe.Event)
+
+func (f observerFunc) Observe(_ context.Context, e observe.Event) { f(e) }
+
 func TestErrorClass(t *testing.T) {
 	for err, want := range map[error]string{
-		nil:                              "",
-		redlock.ErrNodeTimeout:           "timeout",
-		context.Canceled:                 "canceled",
-		context.DeadlineExceeded:         "deadline",
-		redlock.ReplyError("READONLY x"): "READONLY",
-		&redlock.NodeError{Err: redlock.ReplyError("OOM y")}: "OOM",
-		errors.New("connection refused"):                     "io",
+		nil:                             "",
+		redlock.ErrNodeTimeout:          "timeout",
+		context.Canceled:                "canceled",
+		context.DeadlineExceeded:        "deadline",
+		driver.ReplyError("READONLY x"): "READONLY",
+		&redlock.NodeError{Err: driver.ReplyError("OOM y")}: "OOM",
+		errors.New("connection refused"):                    "io",
 	} {
 		assert.Equal(t, want, redlock.ErrorClass(err), "%v", err)
 	}
@@ -188,7 +215,7 @@ func TestSlogObserver(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c := newCluster(t, 3)
-	client := c.client(t, redlock.WithObserver(redlock.SlogObserver(logger)))
+	client := c.client(t, redlock.WithObserver(observe.Slog(logger)))
 	c.pools[2].set(failing)
 	// The failing node answers after the majority: the warning waits for
 	// it, and comes once every node has answered.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/observe"
 )
 
 // Three pools, the third pointing at nothing: Lock succeeds, as it should,
@@ -25,7 +26,7 @@ func TestRealDegradedQuorumIsVisible(t *testing.T) {
 	dead := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)) // nothing listens
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c := realClient(t, append(addrs, dead), redlock.WithObserver(redlock.SlogObserver(logger)))
+	c := realClient(t, append(addrs, dead), redlock.WithObserver(observe.Slog(logger)))
 	ctx := context.Background()
 
 	h, err := c.Ping(ctx)
@@ -47,7 +48,7 @@ func TestRealDegradedQuorumIsVisible(t *testing.T) {
 	if l.Held() != 2 || l.Margin() != 0 {
 		t.Errorf("Held %d, Margin %d; want 2 and 0", l.Held(), l.Margin())
 	}
-	// The warning comes once every node has answered (EventSettled).
+	// The warning comes once every node has answered (observe.KindSettled).
 	if !realEventually(2*time.Second, func() bool { return strings.Contains(logs.String(), "bare majority") }) ||
 		!strings.Contains(logs.String(), "level=WARN") {
 		t.Errorf("no warning of a lock on a bare majority in the log:\n%s", logs.String())

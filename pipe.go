@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/driver"
 )
 
 // Pipelining: concurrent callers share round trips to a node.
@@ -60,12 +62,12 @@ func laneOf(key string) int {
 // calls, so that the hot path does not allocate and no call (nor its
 // channel) is shared between clients.
 type call struct {
-	cmd      Command
+	cmd      driver.Command
 	args     []any // cmd.Args' storage, the call's own
 	deadline time.Time
 	ctx      context.Context
 
-	reply Reply
+	reply driver.Reply
 	late  bool // the deadline had passed when its batch went out: not sent
 
 	done  chan struct{} // receives once: the call was answered, or it leads
@@ -98,7 +100,7 @@ func (p *pipe) newCall(ctx context.Context, deadline time.Time, name string, fir
 	}
 	c.ctx, c.deadline = ctx, deadline
 	c.args = append(c.args[:0], args...)
-	c.cmd = Command{Name: name, Args: c.args, FirstKey: firstKey, NumKeys: numKeys}
+	c.cmd = driver.Command{Name: name, Args: c.args, FirstKey: firstKey, NumKeys: numKeys}
 	return c
 }
 
@@ -106,7 +108,7 @@ func (p *pipe) newCall(ctx context.Context, deadline time.Time, name string, fir
 func (p *pipe) recycle(c *call) {
 	clear(c.args)
 	c.alone[0] = nil
-	c.cmd, c.ctx, c.reply, c.late, c.unsent = Command{}, nil, Reply{}, false, nil
+	c.cmd, c.ctx, c.reply, c.late, c.unsent = driver.Command{}, nil, driver.Reply{}, false, nil
 	p.mu.Lock()
 	if len(p.free) < maxFreeCalls {
 		p.free = append(p.free, c)
@@ -125,8 +127,8 @@ type pipe struct {
 
 	// The running batch's commands and replies, owned by whoever runs it
 	// (one at a time: busy).
-	cmds    []Command
-	replies []Reply
+	cmds    []driver.Command
+	replies []driver.Reply
 }
 
 // send sends c through pool and sets its reply, waiting at most as the
@@ -197,7 +199,7 @@ func (p *pipe) exchange(pool Pool, batch []*call) {
 	cmds := p.cmds[:0]
 	for _, c := range batch {
 		if !now.Before(c.deadline) {
-			c.late, c.reply = true, Reply{Err: ErrNodeTimeout}
+			c.late, c.reply = true, driver.Reply{Err: ErrNodeTimeout}
 			continue
 		}
 		cmds = append(cmds, c.cmd)
@@ -210,7 +212,7 @@ func (p *pipe) exchange(pool Pool, batch []*call) {
 	}
 	replies := p.replies[:0]
 	for range cmds {
-		replies = append(replies, Reply{})
+		replies = append(replies, driver.Reply{})
 	}
 	p.cmds, p.replies = cmds, replies
 	defer func() { clear(cmds); clear(replies) }() // drop the references
@@ -228,7 +230,7 @@ func (p *pipe) exchange(pool Pool, batch []*call) {
 			continue
 		}
 		if err != nil {
-			c.reply = Reply{Err: err}
+			c.reply = driver.Reply{Err: err}
 		} else {
 			c.reply = replies[i]
 		}

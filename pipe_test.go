@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
 )
 
@@ -18,14 +19,14 @@ type countingPool struct {
 	borrows int
 }
 
-func (p *countingPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
+func (p *countingPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	p.mu.Lock()
 	p.borrows++
 	p.mu.Unlock()
 	return p.Pool.Exec(ctx, cmds, replies)
 }
 
-func cmd(name string, args ...any) Command { return Command{Name: name, Args: args} }
+func cmd(name string, args ...any) driver.Command { return driver.Command{Name: name, Args: args} }
 
 // Every concurrent caller gets its own reply, in batches that share
 // connections.
@@ -135,14 +136,14 @@ func TestPipeSkipsExpiredCalls(t *testing.T) {
 
 type failingPool struct{}
 
-func (failingPool) Exec(context.Context, []Command, []Reply) error {
+func (failingPool) Exec(context.Context, []driver.Command, []driver.Reply) error {
 	return errors.New("no connection")
 }
 
 // hangingPool never answers and ignores ctx, until released.
 type hangingPool struct{ release chan struct{} }
 
-func (p hangingPool) Exec(context.Context, []Command, []Reply) error {
+func (p hangingPool) Exec(context.Context, []driver.Command, []driver.Reply) error {
 	<-p.release
 	return errors.New("released")
 }

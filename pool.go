@@ -10,169 +10,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/driver"
 )
 
-// The port to one Redis master.
-//
-// The core speaks to each master through a Pool, which moves a batch of
-// commands to the server and brings the replies back, and nothing more:
-// every policy stays on this side of the port, as database/sql keeps pooling
-// and retries out of its drivers.
-//
-//   - Deadlines: the core gives each batch a ctx whose deadline is the node
-//     timeout, and stops waiting at that deadline whatever the Pool does. A
-//     Pool that honours ctx frees its connection sooner; one that does not
-//     costs a goroutine until its driver gives up, never a caller's time.
-//   - Batching: the core groups the commands that concurrent callers send to
-//     one master into batches (pipe.go) and keeps the order of commands on
-//     the same key. A Pool sends a batch as one pipeline where its driver
-//     can, or one command after another on one connection.
-//   - Replies: the core decides what a reply means (classify). An error
-//     reply is never agreement, whatever the driver made of it.
-//   - Retries, undo and early return: the core's alone (quorum.go).
-//
-// Optional capabilities are found by type assertion, as database/sql finds
-// driver.Pinger: a Pool that also implements Namer names its master in
-// errors, one that implements Validator is checked by New, one that
-// implements Subscriber can wake waiters on release, and one that implements
-// DeadlineHonorer lets a one-node Client skip a goroutine per round, and one
-// that implements Multiplexer gets fewer, larger batches.
-
-// A Pool is the port to one independent Redis master. Implementations must
-// be safe for concurrent use.
-//
-// Adapters exist for redigo (RedigoPool, made by NewPool), and, each in its
-// own module, for go-redis (github.com/quorumlock/redlock/goredis), rueidis
-// (.../rueidis) and valkey-go (.../valkeygo). The conformance kit in
-// github.com/quorumlock/redlock/redlocktest checks a new one.
-type Pool interface {
-	// Exec sends cmds to the master, in order, and sets replies[i] to the
-	// reply to cmds[i]; len(replies) == len(cmds) >= 1. It sends them as one
-	// pipeline where it can; the core never asks for a transaction.
-	//
-	// A reply is stored as the server sent it: Reply.Value holds a status or
-	// bulk string (string or []byte), an integer (int64), an array ([]any)
-	// or nil for a null reply, and Reply.Err holds an error reply as a
-	// ReplyError. An error that ends the whole batch (no connection, a
-	// broken one, a timeout) is returned instead, and then replies are
-	// ignored.
-	//
-	// ctx always has a deadline. Exec should return by then; the core does
-	// not wait for it past that.
-	Exec(ctx context.Context, cmds []Command, replies []Reply) error
-}
-
-// A Command is one Redis command: Name, such as "SET" or "EVALSHA", and Args,
-// each a string, a []byte or an int64. Args[FirstKey:FirstKey+NumKeys] are
-// the keys it touches, contiguous, for drivers that route commands by key
-// (Redis Cluster); NumKeys is 0 for a command without keys.
-type Command struct {
-	Name              string
-	Args              []any
-	FirstKey, NumKeys int
-}
-
-// Keys returns the command's key arguments.
-func (c Command) Keys() []any { return c.Args[c.FirstKey : c.FirstKey+c.NumKeys] }
-
-// String returns the command as text, for logs and errors.
-func (c Command) String() string {
-	var b strings.Builder
-	b.WriteString(c.Name)
-	for _, a := range c.Args {
-		b.WriteByte(' ')
-		switch a := a.(type) {
-		case []byte:
-			b.Write(a)
-		default:
-			fmt.Fprint(&b, a)
-		}
-	}
-	return b.String()
-}
-
-// A Reply is the server's answer to one Command; see Pool.Exec.
-type Reply struct {
-	Value any
-	Err   error
-}
-
-// A ReplyError is an error reply from Redis, as the server sent it without
-// the leading '-': "NOPERM this user has no permissions...". Adapters store
-// the driver's error replies as ReplyErrors so that the core can tell them
-// from broken connections.
-type ReplyError string
-
-func (e ReplyError) Error() string { return string(e) }
-
-// Code returns the error's first word, such as "NOSCRIPT", "READONLY" or
-// "MOVED".
-func (e ReplyError) Code() string {
-	code, _, _ := strings.Cut(string(e), " ")
-	return code
-}
-
-// A Namer is a Pool that can name its master for errors and reports: its
-// address, "host:port", or for a Cluster member its seed addresses, joined by
-// commas. NewPool's pools and every adapter are Namers.
-type Namer interface {
-	Name() string
-}
-
-// A Validator is a Pool that can tell that it cannot work: an adapter given
-// a nil client, or a client of a kind that cannot be one quorum member. New
-// calls Valid on every Pool that has it and refuses the pools whose Valid
-// returns an error, wrapping ErrInvalid, so that a mistake is reported at
-// construction rather than by every lock.
-type Validator interface {
-	Valid() error
-}
-
-// A Subscriber is a Pool that can also receive Redis pub/sub messages.
-//
-// Subscribe subscribes to channel on a connection of its own, calls ready
-// once the server has confirmed the subscription, then calls deliver with the
-// payload of each message, in order, until ctx ends or the connection fails.
-// It returns then, with the cause; after ctx ends it may return ctx.Err() or
-// nil. ready and deliver are called from the goroutine that called Subscribe
-// and must not block for long.
-type Subscriber interface {
-	Subscribe(ctx context.Context, channel string, ready func(), deliver func(payload string)) error
-}
-
-// A DeadlineHonorer is a Pool that can promise to keep its context's
-// deadline. HonorsDeadline reports true only if every Exec returns by ctx's
-// deadline, give or take scheduling, whatever the master, the network or
-// the driver's own pool do: no step of it (waiting for a connection,
-// dialling, writing, reading) may wait past that deadline. It may depend on
-// how the driver was configured; the core asks once, in New.
-//
-// The core trusts the promise: a Client of one node whose Pool honours
-// deadlines runs each operation on the caller's goroutine instead of
-// starting one and waiting for it with a timer of its own (inline.go), which
-// halved an uncontended Lock+Unlock's time on go-redis in docs/benchmarks.md.
-// A Pool that breaks the promise then holds the caller for as long as it
-// runs; one that does not implement DeadlineHonorer, or reports false, stays
-// bounded by the core's node timeout. A cancelled ctx is seen once Exec
-// returns, by the deadline.
-type DeadlineHonorer interface {
-	HonorsDeadline() bool
-}
-
-// A Multiplexer is a Pool whose driver pipelines concurrent Exec calls onto
-// shared connections by itself, as rueidis's and valkey-go's auto-pipelining
-// do. Multiplexes reports whether it does, for this Pool's client.
-//
-// The core then spreads a node's commands over fewer pipe lanes
-// (multiplexLanes rather than 16; pipe.go), so that concurrent callers'
-// commands reach Exec in fewer, larger batches. Separate lanes pay off when
-// each batch needs a connection and a round trip of its own, as with redigo;
-// through a driver that already merges every caller's commands into shared
-// writes, each batch costs a hand-off through the driver's queue and a
-// wake-up, and fewer batches are cheaper (docs/benchmarks.md).
-type Multiplexer interface {
-	Multiplexes() bool
-}
+// A Pool is the port to one independent Redis master: see package driver,
+// which adapter authors implement. NewPool makes one for redigo; the
+// goredis, rueidis and valkeygo modules make them for those clients.
+type Pool = driver.Pool
 
 // classify turns one reply into what the core acts on: a value, or an error.
 // It is the one place where replies are judged, so that no driver's way of
@@ -181,13 +26,13 @@ type Multiplexer interface {
 //   - an error stored as the value (redigo's redis.Error, say): a
 //     ReplyError with its text.
 //   - []byte: the same string; int: int64. Anything else as it is.
-func classify(r Reply) (any, error) {
+func classify(r driver.Reply) (any, error) {
 	if r.Err != nil {
 		return nil, r.Err
 	}
 	switch v := r.Value.(type) {
 	case error:
-		return nil, ReplyError(v.Error())
+		return nil, driver.ReplyError(v.Error())
 	case []byte:
 		return string(v), nil
 	case int:
@@ -202,14 +47,14 @@ func replyCode(err error) string {
 	// errors.As would cost an allocation per call, on the hot path.
 	for err != nil {
 		switch e := err.(type) {
-		case ReplyError:
+		case driver.ReplyError:
 			return e.Code()
 		case *NodeError:
 			err = e.Err
 		case interface{ Unwrap() error }:
 			err = e.Unwrap()
 		default:
-			var rerr ReplyError
+			var rerr driver.ReplyError
 			if errors.As(err, &rerr) { // multi-errors and the like
 				return rerr.Code()
 			}
@@ -293,7 +138,7 @@ func hasHashTag(key string) bool {
 // A node is one Redis master as the quorum sees it.
 type node struct {
 	index int
-	name  string // the master's address, if its Pool is a Namer
+	name  string // the master's address, if its Pool is a driver.Namer
 	pool  Pool
 	lanes [lanes]pipe // batch the commands of concurrent callers (pipe.go)
 
@@ -307,13 +152,13 @@ type node struct {
 
 func newNode(index int, pool Pool) *node {
 	n := &node{index: index, pool: pool, laneMask: lanes - 1}
-	if namer, ok := pool.(Namer); ok {
+	if namer, ok := pool.(driver.Namer); ok {
 		n.name = namer.Name()
 	}
-	if h, ok := pool.(DeadlineHonorer); ok {
+	if h, ok := pool.(driver.DeadlineHonorer); ok {
 		n.inline = h.HonorsDeadline()
 	}
-	if m, ok := pool.(Multiplexer); ok && m.Multiplexes() {
+	if m, ok := pool.(driver.Multiplexer); ok && m.Multiplexes() {
 		n.laneMask = multiplexLanes - 1
 	}
 	return n
@@ -411,7 +256,7 @@ func (n *node) releaseOwned(ctx context.Context, deadline time.Time, a *cmdArgs)
 // command sends one command on lane 0 and waits for its reply at most until
 // deadline. A failure, including an error reply, comes back as a nil reply
 // and a *NodeError.
-func (n *node) command(ctx context.Context, deadline time.Time, cmd Command) (any, error) {
+func (n *node) command(ctx context.Context, deadline time.Time, cmd driver.Command) (any, error) {
 	return n.send(ctx, deadline, 0, nil, cmd.Name, cmd.FirstKey, cmd.NumKeys, cmd.Args...)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // Every way a driver may report an error reply comes out as an error, never
@@ -16,20 +17,20 @@ func TestClassify(t *testing.T) {
 	netErr := errors.New("connection reset")
 	for _, tc := range []struct {
 		name      string
-		in        Reply
+		in        driver.Reply
 		wantValue any
 		wantCode  string
 		wantErr   error
 	}{
-		{"status", Reply{Value: "OK"}, "OK", "", nil},
-		{"bulk as bytes", Reply{Value: []byte("tok")}, "tok", "", nil},
-		{"int", Reply{Value: 7}, int64(7), "", nil},
-		{"int64", Reply{Value: int64(7)}, int64(7), "", nil},
-		{"null", Reply{}, nil, "", nil},
-		{"error reply", Reply{Err: ReplyError("NOPERM no")}, nil, "NOPERM", nil},
-		{"error reply with a value beside it", Reply{Value: redis.Error("OOM full"), Err: ReplyError("OOM full")}, nil, "OOM", nil},
-		{"error reply stored as the value", Reply{Value: redis.Error("READONLY replica")}, nil, "READONLY", nil},
-		{"other error", Reply{Err: netErr}, nil, "", netErr},
+		{"status", driver.Reply{Value: "OK"}, "OK", "", nil},
+		{"bulk as bytes", driver.Reply{Value: []byte("tok")}, "tok", "", nil},
+		{"int", driver.Reply{Value: 7}, int64(7), "", nil},
+		{"int64", driver.Reply{Value: int64(7)}, int64(7), "", nil},
+		{"null", driver.Reply{}, nil, "", nil},
+		{"error reply", driver.Reply{Err: driver.ReplyError("NOPERM no")}, nil, "NOPERM", nil},
+		{"error reply with a value beside it", driver.Reply{Value: redis.Error("OOM full"), Err: driver.ReplyError("OOM full")}, nil, "OOM", nil},
+		{"error reply stored as the value", driver.Reply{Value: redis.Error("READONLY replica")}, nil, "READONLY", nil},
+		{"other error", driver.Reply{Err: netErr}, nil, "", netErr},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := classify(tc.in)
@@ -50,9 +51,9 @@ func TestClassify(t *testing.T) {
 }
 
 // replyPool answers every command with one fixed reply.
-type replyPool struct{ r Reply }
+type replyPool struct{ r driver.Reply }
 
-func (p replyPool) Exec(_ context.Context, _ []Command, replies []Reply) error {
+func (p replyPool) Exec(_ context.Context, _ []driver.Command, replies []driver.Reply) error {
 	for i := range replies {
 		replies[i] = p.r
 	}
@@ -63,16 +64,16 @@ func (p replyPool) Exec(_ context.Context, _ []Command, replies []Reply) error {
 // which no Redis sends, fails the node rather than counting.
 func TestSetNXAgreesOnlyOnOK(t *testing.T) {
 	for _, tc := range []struct {
-		reply   Reply
+		reply   driver.Reply
 		yes     bool
 		failure bool
 	}{
-		{Reply{Value: "OK"}, true, false},
-		{Reply{Value: []byte("OK")}, true, false},
-		{Reply{}, false, false},
-		{Reply{Value: "QUEUED"}, false, true},
-		{Reply{Value: int64(1)}, false, true},
-		{Reply{Value: redis.Error("LOADING")}, false, true},
+		{driver.Reply{Value: "OK"}, true, false},
+		{driver.Reply{Value: []byte("OK")}, true, false},
+		{driver.Reply{}, false, false},
+		{driver.Reply{Value: "QUEUED"}, false, true},
+		{driver.Reply{Value: int64(1)}, false, true},
+		{driver.Reply{Value: redis.Error("LOADING")}, false, true},
 	} {
 		n := newNode(0, replyPool{tc.reply})
 		a := newCmdArgs("k", "t", time.Second, "")

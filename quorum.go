@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 // quorum is the majority of n nodes, n/2+1 (step 2). For an even n it is more
@@ -26,9 +28,9 @@ type round struct {
 	// semaphore's quorum is larger than a majority).
 	need int
 
-	// For the Observer (observer.go) and Lock.Held: what the round is, and
+	// For the observe.Observer (observer.go) and Lock.Held: what the round is, and
 	// the nodes that agreed and that answered, stragglers too.
-	kind  Op
+	kind  observe.Op
 	key   string
 	id    uint64 // the call's ID, for its events
 	masks *nodeMasks

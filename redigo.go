@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // RedigoPool is the Pool for redigo, the root module's Redis client. It
@@ -32,10 +33,10 @@ type RedigoPool struct {
 }
 
 var (
-	_ Pool            = (*RedigoPool)(nil)
-	_ Namer           = (*RedigoPool)(nil)
-	_ Subscriber      = (*RedigoPool)(nil)
-	_ DeadlineHonorer = (*RedigoPool)(nil)
+	_ Pool                   = (*RedigoPool)(nil)
+	_ driver.Namer           = (*RedigoPool)(nil)
+	_ driver.Subscriber      = (*RedigoPool)(nil)
+	_ driver.DeadlineHonorer = (*RedigoPool)(nil)
 )
 
 // Production defaults for NewPool. They are a backstop for connections that
@@ -111,7 +112,7 @@ func (p *RedigoPool) Name() string { return p.Addr }
 
 // Exec sends cmds on one connection from the pool: a single command by
 // DoWithTimeout, several as one pipeline. See Pool.
-func (p *RedigoPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
+func (p *RedigoPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(poolIOTimeout)
@@ -149,9 +150,9 @@ func (p *RedigoPool) Exec(ctx context.Context, cmds []Command, replies []Reply) 
 		return errPipeReplies
 	}
 	for i, v := range all {
-		replies[i] = Reply{Value: v}
+		replies[i] = driver.Reply{Value: v}
 		if rerr, ok := v.(redis.Error); ok {
-			replies[i] = Reply{Err: ReplyError(rerr)}
+			replies[i] = driver.Reply{Err: driver.ReplyError(rerr)}
 		}
 	}
 	return nil
@@ -162,12 +163,12 @@ var errPipeReplies = errors.New("redlock: pipelined reply count does not match")
 // redigoReply stores one DoWithTimeout result in r. redigo returns an error
 // reply as both a non-nil reply and a redis.Error: that is the command's
 // answer. Any other error broke the connection, and so the batch.
-func redigoReply(r *Reply, v any, err error) error {
+func redigoReply(r *driver.Reply, v any, err error) error {
 	switch err := err.(type) {
 	case nil:
-		*r = Reply{Value: v}
+		*r = driver.Reply{Value: v}
 	case redis.Error: // as redigo returns it; errors.As would allocate
-		*r = Reply{Err: ReplyError(err)}
+		*r = driver.Reply{Err: driver.ReplyError(err)}
 	default:
 		return err
 	}

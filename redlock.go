@@ -13,6 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/observe"
 )
 
 // Defaults for the options.
@@ -44,15 +47,16 @@ type Client struct {
 	clock              Clock
 	newToken           func() (string, error)
 	fencing            bool
-	obs                Observer      // nil: no events are built
-	obsSet             bool          // WithObserver was given, so obs must not be nil
-	ids                atomic.Uint64 // the last call ID given out, for events
+	obs                observe.Observer   // nil: no events are built
+	observers          []observe.Observer // WithObserver's, joined into obs by New
+	obsNil             bool               // WithObserver was given nil
+	ids                atomic.Uint64      // the last call ID given out, for events
 
 	keyPrefix   string // WithKeyPrefix: before every key on the nodes
 	fencePrefix string // WithFencePrefix: the fencing counters' names (fenceKey)
 
 	wakeOff bool   // WithWakeUp(false)
-	wake    *waker // delivers release announcements; nil if off or no node is a Subscriber
+	wake    *waker // delivers release announcements; nil if off or no node is a driver.Subscriber
 	channel any    // ReleaseChannel as a command argument, or "" with wake-up off
 
 	calls   inflight      // node calls running, including those no caller waits for
@@ -134,7 +138,7 @@ func WithTokenFunc(f func() (string, error)) Option {
 // WithKeyPrefix puts prefix before every key this Client keeps on the
 // nodes: lock keys, and the names derived from them (fencing counters, the
 // keys of RWMutex, Semaphore and Election), and before ReleaseChannel. Keys
-// given to the API, and reported by Lock.Key and to an Observer, stay
+// given to the API, and reported by Lock.Key and to an observe.Observer, stay
 // without it. Clients that share locks must use the same prefix. A prefix
 // with a hash tag ("{app}:") puts all of the Client's keys in one Redis
 // Cluster slot. The default is none.
@@ -207,7 +211,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		if isNil(p) {
 			return nil, invalid("pool %d is nil", i)
 		}
-		if v, ok := p.(Validator); ok {
+		if v, ok := p.(driver.Validator); ok {
 			if err := v.Valid(); err != nil {
 				return nil, invalid("pool %d: %v", i, err)
 			}
@@ -246,7 +250,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		return nil, invalid("nil clock")
 	case c.newToken == nil:
 		return nil, invalid("nil token function")
-	case c.obsSet && isNil(c.obs):
+	case c.obsNil:
 		return nil, invalid("nil observer")
 	case c.retrySet && isNil(c.retry):
 		return nil, invalid("nil retry strategy")
@@ -256,6 +260,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 	case strings.ContainsAny(c.fencePrefix, "{}"):
 		return nil, invalid("fence prefix %q must not contain '{' or '}': the counter takes the lock key's hash slot", c.fencePrefix)
 	}
+	c.obs = joinObservers(c.observers)
 	if c.retry == nil {
 		c.retry = jitterRetry{c.retryMin, c.retryMax}
 	}
@@ -264,7 +269,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		channel := c.keyPrefix + ReleaseChannel
 		c.channel = channel
 		for _, n := range c.nodes {
-			if _, ok := n.pool.(Subscriber); ok {
+			if _, ok := n.pool.(driver.Subscriber); ok {
 				c.wake = newWaker(c, channel)
 				break
 			}
@@ -349,10 +354,10 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 	})
 }
 
-// notAcquired reports a Lock that gave up to the Observer and returns err.
+// notAcquired reports a Lock that gave up to the observe.Observer and returns err.
 func (c *Client) notAcquired(ctx context.Context, id uint64, key string, tries int, began time.Time, err error) error {
 	if c.obs != nil {
-		c.obs.Observe(ctx, Event{Kind: EventNotAcquired, ID: id, Key: key, Try: tries, Wait: time.Since(began), Err: err})
+		c.obs.Observe(ctx, observe.Event{Kind: observe.KindNotAcquired, ID: id, Key: key, Try: tries, Wait: time.Since(began), Err: err})
 	}
 	return err
 }
@@ -437,10 +442,10 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		held = &l.fenced
 	}
 	if c.obs != nil {
-		held.report = func() { c.reportSettled(ctx, l, OpAcquire, id, held) }
+		held.report = func() { c.reportSettled(ctx, l, observe.OpAcquire, id, held) }
 	}
 	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l,
-		kind: OpAcquire, key: key, id: id, masks: &args.masks})
+		kind: observe.OpAcquire, key: key, id: id, masks: &args.masks})
 	if !won {
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
@@ -469,7 +474,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 			undoAll: true,
 			lost:    l.letGo,
 			valid:   valid,
-			kind:    OpFence,
+			kind:    observe.OpFence,
 			key:     key,
 			id:      id,
 			masks:   &l.fenced,
@@ -546,8 +551,8 @@ type Lock struct {
 	// or Extend (Held, Margin); fenced is fencing round 2's.
 	held    atomic.Pointer[nodeMasks]
 	fenced  nodeMasks
-	granted time.Time // when Lock returned it, with an Observer (HeldFor)
-	id      uint64    // the acquiring call's ID, with an Observer
+	granted time.Time // when Lock returned it, with an observe.Observer (HeldFor)
+	id      uint64    // the acquiring call's ID, with an observe.Observer
 }
 
 // Held returns how many nodes hold the key with this lock's token, as far as
@@ -757,10 +762,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	err = l.extend(ctx, ttl, id)
 	if c.obs != nil {
 		if err == nil {
-			c.obs.Observe(ctx, Event{Kind: EventExtended, ID: id, Key: l.key, Latency: time.Since(began),
+			c.obs.Observe(ctx, observe.Event{Kind: observe.KindExtended, ID: id, Key: l.key, Latency: time.Since(began),
 				Held: l.Held(), Margin: l.Margin(), Quorum: l.quorum()})
 		} else {
-			c.obs.Observe(ctx, Event{Kind: EventExtendFailed, ID: id, Key: l.key, Latency: time.Since(began), Err: err})
+			c.obs.Observe(ctx, observe.Event{Kind: observe.KindExtendFailed, ID: id, Key: l.key, Latency: time.Since(began), Err: err})
 		}
 	}
 	return err
@@ -801,11 +806,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	until := validUntil(start, ttl, c.driftFactor)
 	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane, fenceKey: l.args.fenceKey}
 	if c.obs != nil {
-		args.masks.report = func() { c.reportSettled(ctx, l, OpExtend, id, &args.masks) }
+		args.masks.report = func() { c.reportSettled(ctx, l, observe.OpExtend, id, &args.masks) }
 	}
 	var absent atomic.Uint64 // nodes that answered that they have no key (l.reseed)
 	won, t := c.fanout(ctx, round{
-		kind: OpExtend, key: l.key, id: id, masks: &args.masks, need: l.need,
+		kind: observe.OpExtend, key: l.key, id: id, masks: &args.masks, need: l.need,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			ok, gone, err := l.extendOn(ctx, n, deadline, args)
 			if gone {
@@ -991,9 +996,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	began, id := time.Now(), c.newID()
 	err := l.unlock(ctx, id)
 	if err == nil {
-		c.obs.Observe(ctx, Event{Kind: EventReleased, ID: id, Key: l.key, Latency: time.Since(began), HeldFor: began.Sub(l.granted)})
+		c.obs.Observe(ctx, observe.Event{Kind: observe.KindReleased, ID: id, Key: l.key, Latency: time.Since(began), HeldFor: began.Sub(l.granted)})
 	} else {
-		c.obs.Observe(ctx, Event{Kind: EventReleaseFailed, ID: id, Key: l.key, Latency: time.Since(began), Err: err})
+		c.obs.Observe(ctx, observe.Event{Kind: observe.KindReleaseFailed, ID: id, Key: l.key, Latency: time.Since(began), Err: err})
 	}
 	return err
 }
@@ -1015,7 +1020,7 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	l.setUntilLocked(time.Time{})
 	l.mu.Unlock()
 	won, t := c.releaseRound(ctx, round{
-		kind: OpRelease, key: l.key, id: id, need: l.need,
+		kind: observe.OpRelease, key: l.key, id: id, need: l.need,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			// A node's refusal is evidence that the lock was lost only if
 			// it came before the lock's validity ended (a key that expired

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 func TestRetryStrategies(t *testing.T) {
@@ -83,7 +84,7 @@ func TestLockFailsFastOnErrorsThatAreNotContention(t *testing.T) {
 	start := time.Now()
 	_, err := client.Lock(context.Background(), "hopeless", time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
-	var rerr redlock.ReplyError
+	var rerr driver.ReplyError
 	require.ErrorAs(t, err, &rerr)
 	assert.Equal(t, "NOPERM", rerr.Code())
 	assert.Contains(t, err.Error(), "not retried")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 // The read-write lock: many readers or one writer, on a majority of nodes.
@@ -298,11 +300,11 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	until := validUntil(start, ttl, c.driftFactor)
 	args.unsent.Store(1<<len(c.nodes) - 1)
 	if c.obs != nil {
-		args.masks.report = func() { c.reportSettled(ctx, l, OpAcquire, id, &args.masks) }
+		args.masks.report = func() { c.reportSettled(ctx, l, observe.OpAcquire, id, &args.masks) }
 	}
 	won, t := c.fanout(ctx, round{op: set, undo: release, overtaken: l,
 		valid: func() bool { return c.clock.Now().Before(until) },
-		kind:  OpAcquire, key: m.key, id: id, masks: &args.masks})
+		kind:  observe.OpAcquire, key: m.key, id: id, masks: &args.masks})
 	if !won {
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}

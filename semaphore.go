@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 // The counting semaphore: at most K holders of a key at once, on N nodes.
@@ -218,7 +220,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 		// A Release that overtakes an admission in flight undoes it.
 		overtaken: &p.state,
 		// Node events for an Observer; the semaphore reports no call events.
-		kind: OpAcquire, key: s.key, id: id, masks: &args.masks,
+		kind: observe.OpAcquire, key: s.key, id: id, masks: &args.masks,
 	})
 	if !won {
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)

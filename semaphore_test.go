@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/observe"
 )
 
 // members returns the tokens in key's sorted set on each node, sorted.
@@ -630,7 +631,7 @@ func TestSemaphoreHopelessNotRetried(t *testing.T) {
 	assert.LessOrEqual(t, c.gets()-before, 20)
 }
 
-// With an Observer, every node's answer to each of a permit's rounds is
+// With an observe.Observer, every node's answer to each of a permit's rounds is
 // reported, under one ID per round, with the semaphore's key and the
 // round's Op; the semaphore reports no call-level events.
 func TestSemaphoreObserverSeesNodes(t *testing.T) {
@@ -648,16 +649,16 @@ func TestSemaphoreObserverSeesNodes(t *testing.T) {
 	c.settle(t)
 	require.NoError(t, p.Release(ctx))
 	c.settle(t)
-	ids := map[redlock.Op]map[uint64]int{}
-	for _, e := range rec.kinds(redlock.EventNode) {
+	ids := map[observe.Op]map[uint64]int{}
+	for _, e := range rec.kinds(observe.KindNode) {
 		assert.Equal(t, "obs", e.Key)
-		assert.Equal(t, redlock.Agreed, e.Outcome, "node %d, op %v: %v", e.Node, e.Op, e.Err)
+		assert.Equal(t, observe.OutcomeAgreed, e.Outcome, "node %d, op %v: %v", e.Node, e.Op, e.Err)
 		if ids[e.Op] == nil {
 			ids[e.Op] = map[uint64]int{}
 		}
 		ids[e.Op][e.ID]++
 	}
-	for _, op := range []redlock.Op{redlock.OpAcquire, redlock.OpExtend, redlock.OpRelease} {
+	for _, op := range []observe.Op{observe.OpAcquire, observe.OpExtend, observe.OpRelease} {
 		require.Len(t, ids[op], 1, "one round of %v", op)
 		for id, n := range ids[op] {
 			assert.NotZero(t, id, "%v", op)
@@ -665,5 +666,5 @@ func TestSemaphoreObserverSeesNodes(t *testing.T) {
 		}
 	}
 	// The engine reports a semaphore's calls as it does the mutex's.
-	assert.Len(t, rec.kinds(redlock.EventAcquired), 1)
+	assert.Len(t, rec.kinds(observe.KindAcquired), 1)
 }

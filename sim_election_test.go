@@ -37,6 +37,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/quorumlock/redlock/driver"
 )
 
 // The Go equivalents of the election's scripts. The record is kept as one
@@ -86,7 +88,7 @@ type simPausedPool struct {
 	pause *simPause
 }
 
-func (p simPausedPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
+func (p simPausedPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	p.pause.mu.Lock()
 	wait := time.Until(p.pause.until)
 	p.pause.mu.Unlock()

@@ -54,6 +54,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/quorumlock/redlock/driver"
 )
 
 // simConfig is one schedule's shape, drawn from its seed.
@@ -210,7 +212,7 @@ func (n *simNode) exec(cmd string, args []any) (any, error) {
 	case "EVALSHA":
 		hash := str(args[0])
 		if !n.scripts[hash] {
-			return nil, ReplyError("NOSCRIPT No matching script")
+			return nil, driver.ReplyError("NOSCRIPT No matching script")
 		}
 		return n.script(hash, args[2:])
 	case "EVAL":
@@ -219,7 +221,7 @@ func (n *simNode) exec(cmd string, args []any) (any, error) {
 		n.scripts[hash] = true
 		return n.script(hash, args[2:])
 	}
-	return nil, ReplyError("ERR unknown command " + cmd)
+	return nil, driver.ReplyError("ERR unknown command " + cmd)
 }
 
 // script runs the Go equivalent of each embedded Lua script.
@@ -269,7 +271,7 @@ func (n *simNode) script(hash string, ka []any) (any, error) {
 	if f, ok := simScripts[hash]; ok {
 		return f(n, ka)
 	}
-	return nil, ReplyError("NOSCRIPT unknown script")
+	return nil, driver.ReplyError("NOSCRIPT unknown script")
 }
 
 // simScripts holds the Go equivalents of scripts that other primitives'
@@ -346,9 +348,9 @@ var errSimTimeout = errors.New("sim: i/o timeout")
 // them in order, and waits for the replies at most timeout, as a connection
 // with a read deadline does. Other connections' commands may run between
 // them, as on a real server.
-func (w *simWorld) roundTrip(node int, link *simLink, timeout time.Duration, cmds []Command) ([]Reply, error) {
+func (w *simWorld) roundTrip(node int, link *simLink, timeout time.Duration, cmds []driver.Command) ([]driver.Reply, error) {
 	type result struct {
-		replies []Reply
+		replies []driver.Reply
 		err     error
 	}
 	var ahead, done chan struct{}
@@ -366,7 +368,7 @@ func (w *simWorld) roundTrip(node int, link *simLink, timeout time.Duration, cmd
 		}
 		var r result
 		if arrived {
-			r.replies = make([]Reply, len(cmds))
+			r.replies = make([]driver.Reply, len(cmds))
 			for i, c := range cmds {
 				v, err := w.nodes[node].exec(c.Name, c.Args)
 				if w.tracing {
@@ -376,7 +378,7 @@ func (w *simWorld) roundTrip(node int, link *simLink, timeout time.Duration, cmd
 					r = result{err: err} // the connection is refused
 					break
 				}
-				r.replies[i] = Reply{Value: v, Err: err}
+				r.replies[i] = driver.Reply{Value: v, Err: err}
 			}
 		}
 		if done != nil {
@@ -406,7 +408,7 @@ type simPool struct {
 	clock *simClock // the Client's
 }
 
-func (p simPool) Exec(ctx context.Context, cmds []Command, replies []Reply) error {
+func (p simPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	w := p.w
 	w.batches.Add(1)
 	if n := int64(len(cmds)); n > 1 {
@@ -419,7 +421,7 @@ func (p simPool) Exec(ctx context.Context, cmds []Command, replies []Reply) erro
 	// A real connection has written the commands by the time it returns;
 	// the message in transit here outlives the call, and the caller reuses
 	// their arguments.
-	batch := make([]Command, len(cmds))
+	batch := make([]driver.Command, len(cmds))
 	for i, c := range cmds {
 		batch[i] = c
 		batch[i].Args = slices.Clone(c.Args)
@@ -485,7 +487,7 @@ type simCanceller struct {
 }
 
 // observe is told of each batch sent under the canceller's call.
-func (c *simCanceller) observe(p simPool, cmds []Command, replies []Reply, err error) {
+func (c *simCanceller) observe(p simPool, cmds []driver.Command, replies []driver.Reply, err error) {
 	if !c.between {
 		if c.answers.Add(-1) == 0 {
 			c.cancel()

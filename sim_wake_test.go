@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 // A simSub is one subscription to a node's release channel.
@@ -97,14 +99,14 @@ func (p simPool) Subscribe(ctx context.Context, channel string, ready func(), de
 	}
 }
 
-// simWakes is an Observer that counts woken attempts.
+// simWakes is an observe.Observer that counts woken attempts.
 type simWakes struct{ attempts, won atomic.Int64 }
 
-func (o *simWakes) Observe(_ context.Context, e Event) {
+func (o *simWakes) Observe(_ context.Context, e observe.Event) {
 	switch {
-	case e.Kind == EventAttempt && e.Woken:
+	case e.Kind == observe.KindAttempt && e.Woken:
 		o.attempts.Add(1)
-	case e.Kind == EventAcquired && e.Woken:
+	case e.Kind == observe.KindAcquired && e.Woken:
 		o.won.Add(1)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/driver"
 )
 
 // Wake-up on release.
@@ -192,7 +194,7 @@ func (w *waker) start() {
 	ctx, stop := context.WithCancel(context.Background())
 	w.stop = stop
 	for _, n := range w.client.nodes {
-		if s, ok := n.pool.(Subscriber); ok {
+		if s, ok := n.pool.(driver.Subscriber); ok {
 			w.runs.Add(1)
 			go w.subscribe(ctx, n.index, s)
 		}
@@ -201,7 +203,7 @@ func (w *waker) start() {
 
 // subscribe keeps node's subscription open until ctx ends, opening it again
 // after a failure.
-func (w *waker) subscribe(ctx context.Context, node int, s Subscriber) {
+func (w *waker) subscribe(ctx context.Context, node int, s driver.Subscriber) {
 	defer w.runs.Done()
 	bit := uint64(1) << node
 	pause := subscribeRetryMin

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/observe"
 )
 
 // wakeEvents counts a Client's woken attempts and their outcomes.
@@ -18,13 +19,13 @@ type wakeEvents struct {
 	woken, wokenLost, wokenWon atomic.Int64
 }
 
-func (o *wakeEvents) Observe(_ context.Context, e redlock.Event) {
+func (o *wakeEvents) Observe(_ context.Context, e observe.Event) {
 	switch {
-	case e.Kind == redlock.EventAttempt && e.Woken:
+	case e.Kind == observe.KindAttempt && e.Woken:
 		o.woken.Add(1)
-	case e.Kind == redlock.EventRetry && e.Woken:
+	case e.Kind == observe.KindRetry && e.Woken:
 		o.wokenLost.Add(1)
-	case e.Kind == redlock.EventAcquired && e.Woken:
+	case e.Kind == observe.KindAcquired && e.Woken:
 		o.wokenWon.Add(1)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/observe"
 )
 
 // The hand-over case of docs/benchmarks.md ("Contention: hand-over"): W
@@ -59,11 +60,11 @@ func (w *redsyncWorker) unlock(ctx context.Context) error {
 // lost while holding some nodes: split votes.
 type splitCounter struct{ woken, split atomic.Int64 }
 
-func (s *splitCounter) Observe(_ context.Context, e redlock.Event) {
+func (s *splitCounter) Observe(_ context.Context, e observe.Event) {
 	switch {
-	case e.Kind == redlock.EventAttempt && e.Woken:
+	case e.Kind == observe.KindAttempt && e.Woken:
 		s.woken.Add(1)
-	case e.Kind == redlock.EventRetry && e.Woken && e.Held > 0:
+	case e.Kind == observe.KindRetry && e.Woken && e.Held > 0:
 		s.split.Add(1)
 	}
 }

@@ -89,7 +89,7 @@ func checkSlow(b testing.TB, addr string, min time.Duration) {
 
 // madeByNewPool maps each *redis.Pool of newPools to the *redlock.RedigoPool
 // that NewPool made around it, so that redlock uses that one: a RedigoPool
-// around a bare *redis.Pool does not declare redlock.DeadlineHonorer.
+// around a bare *redis.Pool does not declare driver.DeadlineHonorer.
 var madeByNewPool sync.Map
 
 // redlockPool returns the RedigoPool NewPool made around p.

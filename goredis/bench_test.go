@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/goredis"
 	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/redlocktest"
@@ -18,11 +18,11 @@ func BenchmarkExec(b *testing.B) {
 	s := redistest.Start(b)
 	pool := goredis.NewPool(newClient(b, redlocktest.Server{Addr: s.Addr}))
 	for _, n := range []int{1, 8} {
-		cmds := make([]redlock.Command, n)
+		cmds := make([]driver.Command, n)
 		for i := range cmds {
-			cmds[i] = redlock.Command{Name: "SET", Args: []any{"bench", "token", "PX", int64(1000)}, NumKeys: 1}
+			cmds[i] = driver.Command{Name: "SET", Args: []any{"bench", "token", "PX", int64(1000)}, NumKeys: 1}
 		}
-		replies := make([]redlock.Reply, n)
+		replies := make([]driver.Reply, n)
 		b.Run(map[int]string{1: "single", 8: "batch8"}[n], func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

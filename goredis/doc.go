@@ -31,7 +31,7 @@
 //
 // Replies pass through as go-redis reads them: strings, int64s and
 // []interface{}. A null reply, which go-redis reports as redis.Nil, becomes
-// a nil value; an error reply (a redis.Error) becomes a redlock.ReplyError
+// a nil value; an error reply (a redis.Error) becomes a driver.ReplyError
 // with the server's text, such as "NOSCRIPT ..." or "READONLY ..."; any
 // other error (a dial, a broken connection, a timeout, an exhausted pool)
 // fails the whole batch.
@@ -60,7 +60,7 @@
 //
 // A *redis.Client of one standalone master, without TLS and with
 // ContextTimeoutEnabled, therefore returns by the context's deadline, and
-// its Pool says so (Pool.HonorsDeadline, redlock.DeadlineHonorer). A
+// its Pool says so (Pool.HonorsDeadline, driver.DeadlineHonorer). A
 // redlock.Client of one such node runs each operation on the caller's
 // goroutine rather than on one of its own, which halved the time of an
 // uncontended Lock+Unlock at N=1 in docs/benchmarks.md. Every other client
@@ -95,7 +95,7 @@
 //
 // # Subscriptions
 //
-// Pool implements redlock.Subscriber with a go-redis PubSub, on a
+// Pool implements driver.Subscriber with a go-redis PubSub, on a
 // connection of its own. go-redis reconnects a broken PubSub silently;
 // Subscribe instead ends with the error, so that the caller knows it may
 // have missed a message, and it pings an idle connection so that a silent

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // Pool is the redlock.Pool for one go-redis client: one quorum member,
@@ -21,11 +22,11 @@ type Pool struct {
 }
 
 var (
-	_ redlock.Pool            = (*Pool)(nil)
-	_ redlock.Namer           = (*Pool)(nil)
-	_ redlock.Validator       = (*Pool)(nil)
-	_ redlock.Subscriber      = (*Pool)(nil)
-	_ redlock.DeadlineHonorer = (*Pool)(nil)
+	_ redlock.Pool           = (*Pool)(nil)
+	_ driver.Namer           = (*Pool)(nil)
+	_ driver.Validator       = (*Pool)(nil)
+	_ driver.Subscriber      = (*Pool)(nil)
+	_ driver.DeadlineHonorer = (*Pool)(nil)
 )
 
 // NewPool returns the Pool for client, named by the address in its options
@@ -57,7 +58,7 @@ var (
 	errRing      = errors.New("goredis: a *redis.Ring is not one Redlock member; make a Pool of each shard's *redis.Client instead")
 )
 
-// HonorsDeadline implements redlock.DeadlineHonorer. It reports true for a
+// HonorsDeadline implements driver.DeadlineHonorer. It reports true for a
 // *redis.Client of one standalone master, without TLS, whose options set
 // ContextTimeoutEnabled: go-redis then sets every read and write deadline
 // from ctx, and it waits for a pooled connection and dials under ctx.
@@ -68,7 +69,7 @@ var (
 // resolves its master under a lock of its own, and a ClusterClient may
 // reload the cluster's layout, neither bounded by ctx; they, and any other
 // client, report false, so that the core's node timeout bounds them (see
-// redlock.DeadlineHonorer).
+// driver.DeadlineHonorer).
 func (p *Pool) HonorsDeadline() bool {
 	c, ok := p.client.(*redis.Client)
 	if !ok || p.err != nil {
@@ -78,7 +79,7 @@ func (p *Pool) HonorsDeadline() bool {
 	return opt.ContextTimeoutEnabled && opt.TLSConfig == nil && opt.Addr != failoverAddr
 }
 
-// Valid implements redlock.Validator: it reports a nil client or a Ring.
+// Valid implements driver.Validator: it reports a nil client or a Ring.
 func (p *Pool) Valid() error { return p.err }
 
 // failoverAddr is the placeholder address go-redis gives the options of a
@@ -113,7 +114,7 @@ func (p *Pool) Name() string { return p.name }
 // round trip (on a ClusterClient, one per cluster node the batch touches).
 // go-redis's own retries are off for these commands: retries are the core's
 // (see the package doc).
-func (p *Pool) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	if p.err != nil {
 		return p.err
 	}
@@ -164,7 +165,7 @@ func (noRetry) NoRetry() bool { return true }
 // name and c's arguments. It names the position of the first key, so that a
 // ClusterClient routes the command by it and never guesses; go-redis counts
 // the name as argument 0.
-func newCmd(ctx context.Context, c *redlock.Command, args []any) noRetry {
+func newCmd(ctx context.Context, c *driver.Command, args []any) noRetry {
 	args[0] = lowerName(c.Name)
 	copy(args[1:], c.Args)
 	cmd := redis.NewCmd(ctx, args...)
@@ -198,22 +199,22 @@ func lowerName(name string) any {
 
 // storeReply stores cmd's outcome in r: its value; nil for a null reply,
 // which go-redis reports as redis.Nil; or an error reply as a
-// redlock.ReplyError with the server's text. Any other error failed the
+// driver.ReplyError with the server's text. Any other error failed the
 // command without a reply (no connection, a broken one, a timeout) and is
 // returned.
-func storeReply(r *redlock.Reply, cmd *redis.Cmd) error {
+func storeReply(r *driver.Reply, cmd *redis.Cmd) error {
 	v, err := cmd.Result()
 	if err == nil {
-		*r = redlock.Reply{Value: v}
+		*r = driver.Reply{Value: v}
 		return nil
 	}
 	if errors.Is(err, redis.Nil) {
-		*r = redlock.Reply{}
+		*r = driver.Reply{}
 		return nil
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		*r = redlock.Reply{Err: redlock.ReplyError(rerr.Error())}
+		*r = driver.Reply{Err: driver.ReplyError(rerr.Error())}
 		return nil
 	}
 	return err

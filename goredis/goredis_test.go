@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/goredis"
 	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/redlocktest"
@@ -158,26 +159,26 @@ func TestExecReplies(t *testing.T) {
 	tests := []struct {
 		name     string
 		outcomes []outcome
-		want     []redlock.Reply // when the batch succeeds
-		wantErr  error           // else
+		want     []driver.Reply // when the batch succeeds
+		wantErr  error          // else
 	}{
-		{name: "status", outcomes: []outcome{{val: "OK"}}, want: []redlock.Reply{{Value: "OK"}}},
-		{name: "integer", outcomes: []outcome{{val: int64(7)}}, want: []redlock.Reply{{Value: int64(7)}}},
-		{name: "array", outcomes: []outcome{{val: []any{"a", int64(1)}}}, want: []redlock.Reply{{Value: []any{"a", int64(1)}}}},
-		{name: "null", outcomes: []outcome{{err: redis.Nil}}, want: []redlock.Reply{{}}},
+		{name: "status", outcomes: []outcome{{val: "OK"}}, want: []driver.Reply{{Value: "OK"}}},
+		{name: "integer", outcomes: []outcome{{val: int64(7)}}, want: []driver.Reply{{Value: int64(7)}}},
+		{name: "array", outcomes: []outcome{{val: []any{"a", int64(1)}}}, want: []driver.Reply{{Value: []any{"a", int64(1)}}}},
+		{name: "null", outcomes: []outcome{{err: redis.Nil}}, want: []driver.Reply{{}}},
 		{name: "error reply", outcomes: []outcome{{err: redis.ErrNoScript}},
-			want: []redlock.Reply{{Err: redlock.ReplyError(noscript)}}},
+			want: []driver.Reply{{Err: driver.ReplyError(noscript)}}},
 		{name: "error reply of another type", outcomes: []outcome{{err: replyErr("LOADING busy")}},
-			want: []redlock.Reply{{Err: redlock.ReplyError("LOADING busy")}}},
+			want: []driver.Reply{{Err: driver.ReplyError("LOADING busy")}}},
 		{name: "wrapped error reply", outcomes: []outcome{{err: fmt.Errorf("hook: %w", redis.ErrNoScript)}},
-			want: []redlock.Reply{{Err: redlock.ReplyError(noscript)}}},
+			want: []driver.Reply{{Err: driver.ReplyError(noscript)}}},
 		{name: "broken connection", outcomes: []outcome{{err: io.EOF}}, wantErr: io.EOF},
 		{name: "socket timeout", outcomes: []outcome{{err: timeout}}, wantErr: timeout},
 		{name: "context", outcomes: []outcome{{err: context.DeadlineExceeded}}, wantErr: context.DeadlineExceeded},
 		{name: "pool", outcomes: []outcome{{err: redis.ErrPoolTimeout}}, wantErr: redis.ErrPoolTimeout},
 
 		{name: "pipeline of replies", outcomes: []outcome{{val: "OK"}, {err: redis.Nil}, {err: redis.ErrNoScript}, {val: int64(1)}},
-			want: []redlock.Reply{{Value: "OK"}, {}, {Err: redlock.ReplyError(noscript)}, {Value: int64(1)}}},
+			want: []driver.Reply{{Value: "OK"}, {}, {Err: driver.ReplyError(noscript)}, {Value: int64(1)}}},
 		{name: "pipeline broken after a reply", outcomes: []outcome{{val: "OK"}, {err: io.EOF}, {err: io.EOF}}, wantErr: io.EOF},
 		{name: "pipeline broken after an error reply", outcomes: []outcome{{err: redis.ErrNoScript}, {err: io.EOF}}, wantErr: io.EOF},
 		{name: "pipeline broken after a null", outcomes: []outcome{{err: redis.Nil}, {val: "OK"}, {err: timeout}}, wantErr: timeout},
@@ -190,11 +191,11 @@ func TestExecReplies(t *testing.T) {
 			client.AddHook(hook)
 			pool := goredis.NewPool(client)
 
-			cmds := make([]redlock.Command, len(tt.outcomes))
-			replies := make([]redlock.Reply, len(tt.outcomes))
+			cmds := make([]driver.Command, len(tt.outcomes))
+			replies := make([]driver.Reply, len(tt.outcomes))
 			for i := range cmds {
-				cmds[i] = redlock.Command{Name: "EVALSHA", Args: []any{"sha", int64(1), fmt.Sprint("k", i), "token"}, FirstKey: 2, NumKeys: 1}
-				replies[i] = redlock.Reply{Value: "stale", Err: errors.New("stale")}
+				cmds[i] = driver.Command{Name: "EVALSHA", Args: []any{"sha", int64(1), fmt.Sprint("k", i), "token"}, FirstKey: 2, NumKeys: 1}
+				replies[i] = driver.Reply{Value: "stale", Err: errors.New("stale")}
 			}
 			err := pool.Exec(context.Background(), cmds, replies)
 			if len(hook.outcomes) != 0 {
@@ -320,16 +321,16 @@ func TestNoDriverRetries(t *testing.T) {
 
 	pool := goredis.NewPool(client)
 	for _, n := range []int{1, 3} {
-		cmds := make([]redlock.Command, n)
+		cmds := make([]driver.Command, n)
 		for i := range cmds {
-			cmds[i] = redlock.Command{Name: "SET", Args: []any{"k", "v", "NX", "PX", int64(1000)}, NumKeys: 1}
+			cmds[i] = driver.Command{Name: "SET", Args: []any{"k", "v", "NX", "PX", int64(1000)}, NumKeys: 1}
 		}
-		replies := make([]redlock.Reply, n)
+		replies := make([]driver.Reply, n)
 		if err := pool.Exec(ctx, cmds, replies); err != nil {
 			t.Fatalf("Exec of %d: %v", n, err)
 		}
 		for i, r := range replies {
-			if rerr, ok := r.Err.(redlock.ReplyError); !ok || rerr.Code() != "LOADING" {
+			if rerr, ok := r.Err.(driver.ReplyError); !ok || rerr.Code() != "LOADING" {
 				t.Errorf("Exec of %d: reply %d is %#v, want a LOADING ReplyError", n, i, r)
 			}
 		}

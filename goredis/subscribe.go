@@ -16,7 +16,7 @@ import (
 // it at once. A variable for tests.
 var pubsubPing = 5 * time.Second
 
-// Subscribe implements redlock.Subscriber on a go-redis PubSub, which holds
+// Subscribe implements driver.Subscriber on a go-redis PubSub, which holds
 // a connection of its own outside the client's pool.
 //
 // A go-redis PubSub reconnects and resubscribes on its own after a broken

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/observe"
 	redlockotel "github.com/quorumlock/redlock/otel"
 )
 
@@ -39,12 +40,12 @@ func benchObserve(b *testing.B, tp trace.TracerProvider) {
 	b.Cleanup(func() { _ = obs.Close() })
 	ctx := context.Background()
 	down := &redlock.NodeError{Node: 3, Addr: "10.0.0.4:6379", Err: errors.New("connection refused")}
-	nodes := func(id uint64, o redlock.Op) {
+	nodes := func(id uint64, o observe.Op) {
 		for i := range 5 {
-			e := redlock.Event{Kind: redlock.EventNode, ID: id, Key: "bench", Op: o, Node: i,
-				Addr: "10.0.0.1:6379", Outcome: redlock.Agreed, Latency: 300 * time.Microsecond}
+			e := observe.Event{Kind: observe.KindNode, ID: id, Key: "bench", Op: o, Node: i,
+				Addr: "10.0.0.1:6379", Outcome: observe.OutcomeAgreed, Latency: 300 * time.Microsecond}
 			if i >= 3 {
-				e.Outcome, e.Class, e.Err = redlock.Failed, "io", down
+				e.Outcome, e.Class, e.Err = observe.OutcomeFailed, "io", down
 			}
 			obs.Observe(ctx, e)
 		}
@@ -53,12 +54,12 @@ func benchObserve(b *testing.B, tp trace.TracerProvider) {
 	var id uint64
 	for b.Loop() {
 		id += 2
-		obs.Observe(ctx, redlock.Event{Kind: redlock.EventAttempt, ID: id, Key: "bench", Try: 1})
-		nodes(id, redlock.OpAcquire)
-		obs.Observe(ctx, redlock.Event{Kind: redlock.EventAcquired, ID: id, Key: "bench", Try: 1,
+		obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: "bench", Try: 1})
+		nodes(id, observe.OpAcquire)
+		obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: "bench", Try: 1,
 			Wait: time.Millisecond, Held: 3, Margin: 0, Quorum: 3})
-		nodes(id+1, redlock.OpRelease)
-		obs.Observe(ctx, redlock.Event{Kind: redlock.EventReleased, ID: id + 1, Key: "bench",
+		nodes(id+1, observe.OpRelease)
+		obs.Observe(ctx, observe.Event{Kind: observe.KindReleased, ID: id + 1, Key: "bench",
 			Latency: time.Millisecond, HeldFor: time.Millisecond})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	redlockotel "github.com/quorumlock/redlock/otel"
 )
 
@@ -21,7 +22,7 @@ func TestErrorTypes(t *testing.T) {
 		{notObtained(), "refused", "refused", "refused"},
 		{notObtained(nodeErr(errors.New("connection refused"))), "io", "io", "expired"},
 		{notObtained(nodeErr(errors.New("connection refused")), nodeErr(redlock.ErrNodeTimeout)), "timeout", "timeout", "expired"},
-		{notObtained(nodeErr(redlock.ReplyError("READONLY You can't write against a read only replica."))), "READONLY", "READONLY", "expired"},
+		{notObtained(nodeErr(driver.ReplyError("READONLY You can't write against a read only replica."))), "READONLY", "READONLY", "expired"},
 		{notObtained(context.Canceled), "canceled", "canceled", "expired"},
 		{notObtained(nodeErr(redlock.ErrNodeTimeout), context.DeadlineExceeded), "deadline", "deadline", "expired"},
 		{redlock.ErrExpired, "expired", "expired", "expired"},

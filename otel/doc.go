@@ -57,7 +57,7 @@
 //     "expired" when the validity ran out first.
 //   - redlock.node (the node's index), redlock.op (acquire, fence, extend,
 //     release), and server.address and server.port when the node's Pool is a
-//     redlock.Namer (the whole name goes to server.address if it is not
+//     driver.Namer (the whole name goes to server.address if it is not
 //     host:port).
 //   - redlock.key, on the lock-level metrics only, and only with
 //     WithKeyAttribute.

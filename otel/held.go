@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/quorumlock/redlock/observe"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/quorumlock/redlock"
 )
 
 // The table of held locks behind the redlock.lock.held and
@@ -42,7 +41,7 @@ import (
 //
 // The held gauge is the number of entries; the degraded gauge is the number
 // whose latest acquisition or extension reported Margin <= 0 with Quorum > 1
-// (the condition of redlock.SlogObserver's warning: one more node failure
+// (the condition of observe.Slog's warning: one more node failure
 // loses the lock; with two nodes, that is every lock). Both are counted
 // from the table each time they are collected, rather than kept by
 // increments and decrements that could drift apart: a lock is counted at
@@ -56,16 +55,16 @@ type heldLock struct {
 
 // bareMajority reports whether an acquisition or extension left the lock one
 // node failure from loss.
-func bareMajority(e redlock.Event) bool { return e.Quorum > 1 && e.Margin <= 0 }
+func bareMajority(e observe.Event) bool { return e.Quorum > 1 && e.Margin <= 0 }
 
-func (o *Observer) acquiredLocked(e redlock.Event, now time.Time) {
+func (o *Observer) acquiredLocked(e observe.Event, now time.Time) {
 	if o.closed {
 		return
 	}
 	o.held[e.Key] = heldLock{id: e.ID, degraded: bareMajority(e), since: now, seen: now}
 }
 
-func (o *Observer) extendedLocked(e redlock.Event, now time.Time) {
+func (o *Observer) extendedLocked(e observe.Event, now time.Time) {
 	if o.closed {
 		return
 	}
@@ -80,9 +79,9 @@ func (o *Observer) extendedLocked(e redlock.Event, now time.Time) {
 // endedLocked removes the lock on key if it was known before began, when the
 // call that ended it started.
 // settledLocked takes the final margin of a won acquisition or extension.
-func (o *Observer) settledLocked(e redlock.Event) {
+func (o *Observer) settledLocked(e observe.Event) {
 	h, ok := o.held[e.Key]
-	if !ok || (e.Op == redlock.OpAcquire && h.id != e.ID) {
+	if !ok || (e.Op == observe.OpAcquire && h.id != e.ID) {
 		return
 	}
 	h.degraded = bareMajority(e)
@@ -95,7 +94,7 @@ func (o *Observer) endedLocked(key string, began time.Time) {
 	}
 }
 
-func (o *Observer) lostLocked(e redlock.Event) {
+func (o *Observer) lostLocked(e observe.Event) {
 	if h, ok := o.held[e.Key]; ok && (h.id == e.ID || h.id == 0) {
 		delete(o.held, e.Key)
 	}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/observe"
 	redlockotel "github.com/quorumlock/redlock/otel"
 )
 
@@ -31,59 +32,59 @@ func TestHeldTable(t *testing.T) {
 	h := newHarness(t, redlockotel.WithMaxTTL(time.Minute))
 	clk := newClock(h)
 	ctx := context.Background()
-	observe := func(e redlock.Event) { clk.advance(time.Millisecond); h.obs.Observe(ctx, e) }
+	send := func(e observe.Event) { clk.advance(time.Millisecond); h.obs.Observe(ctx, e) }
 	want := func(step, gauges string) {
 		t.Helper()
 		if got := h.gauges(t); got != gauges {
 			t.Fatalf("%s: %s, want %s", step, got, gauges)
 		}
 	}
-	bare := redlock.Event{Kind: redlock.EventAcquired, Held: 3, Margin: 0, Quorum: 3}
-	healthy := redlock.Event{Kind: redlock.EventAcquired, Held: 5, Margin: 2, Quorum: 3}
-	with := func(e redlock.Event, id uint64, key string) redlock.Event { e.ID, e.Key = id, key; return e }
-	as := func(e redlock.Event, kind redlock.EventKind) redlock.Event { e.Kind = kind; return e }
+	bare := observe.Event{Kind: observe.KindAcquired, Held: 3, Margin: 0, Quorum: 3}
+	healthy := observe.Event{Kind: observe.KindAcquired, Held: 5, Margin: 2, Quorum: 3}
+	with := func(e observe.Event, id uint64, key string) observe.Event { e.ID, e.Key = id, key; return e }
+	as := func(e observe.Event, kind observe.Kind) observe.Event { e.Kind = kind; return e }
 
-	observe(with(bare, 1, "a"))
-	observe(redlock.Event{Kind: redlock.EventAcquired, ID: 2, Key: "one-node", Held: 1, Quorum: 1})
-	observe(redlock.Event{Kind: redlock.EventAcquired, ID: 3, Key: "two-nodes", Held: 2, Quorum: 2})
+	send(with(bare, 1, "a"))
+	send(observe.Event{Kind: observe.KindAcquired, ID: 2, Key: "one-node", Held: 1, Quorum: 1})
+	send(observe.Event{Kind: observe.KindAcquired, ID: 3, Key: "two-nodes", Held: 2, Quorum: 2})
 	want("bare majority of 5, one node, two nodes", "held 3 degraded 2")
 
 	// The Unlock of the first lock on "a" begins; a second lock is granted
 	// on "a" before that Unlock's end is reported.
 	clk.advance(time.Second)
 	unlockBegan := clk.now()
-	observe(with(bare, 4, "a"))
+	send(with(bare, 4, "a"))
 	want("a new lock on a replaces the old", "held 3 degraded 2")
-	observe(redlock.Event{Kind: redlock.EventReleased, ID: 5, Key: "a", Latency: clk.now().Add(time.Millisecond).Sub(unlockBegan)})
+	send(observe.Event{Kind: observe.KindReleased, ID: 5, Key: "a", Latency: clk.now().Add(time.Millisecond).Sub(unlockBegan)})
 	want("the old lock's late Unlock leaves the new one", "held 3 degraded 2")
-	observe(redlock.Event{Kind: redlock.EventLost, ID: 1, Key: "a", Err: redlock.ErrLockLost})
+	send(observe.Event{Kind: observe.KindLost, ID: 1, Key: "a", Err: redlock.ErrLockLost})
 	want("the old lock's loss leaves the new one", "held 3 degraded 2")
-	observe(as(with(healthy, 6, "a"), redlock.EventExtended))
+	send(as(with(healthy, 6, "a"), observe.KindExtended))
 	want("extended on a healthy margin", "held 3 degraded 1")
-	observe(as(with(bare, 7, "a"), redlock.EventExtended))
+	send(as(with(bare, 7, "a"), observe.KindExtended))
 	want("extended on a bare majority", "held 3 degraded 2")
-	observe(redlock.Event{Kind: redlock.EventExtendFailed, ID: 8, Key: "a", Latency: time.Millisecond, Err: redlock.ErrNotObtained})
+	send(observe.Event{Kind: observe.KindExtendFailed, ID: 8, Key: "a", Latency: time.Millisecond, Err: redlock.ErrNotObtained})
 	want("a failed Extend: the old window holds", "held 3 degraded 2")
-	observe(redlock.Event{Kind: redlock.EventLost, ID: 4, Key: "a", Err: redlock.ErrLockLost})
+	send(observe.Event{Kind: observe.KindLost, ID: 4, Key: "a", Err: redlock.ErrLockLost})
 	want("lost", "held 2 degraded 1")
 
-	observe(as(with(bare, 9, "unknown"), redlock.EventExtended))
+	send(as(with(bare, 9, "unknown"), observe.KindExtended))
 	want("an Extend of a lock not seen acquired", "held 3 degraded 2")
-	observe(redlock.Event{Kind: redlock.EventExtendFailed, ID: 10, Key: "unknown", Latency: time.Microsecond, Err: redlock.ErrExpired})
+	send(observe.Event{Kind: observe.KindExtendFailed, ID: 10, Key: "unknown", Latency: time.Microsecond, Err: redlock.ErrExpired})
 	want("an Extend of an expired lock", "held 2 degraded 1")
-	observe(as(with(bare, 15, "gone"), redlock.EventExtended))
+	send(as(with(bare, 15, "gone"), observe.KindExtended))
 	want("an Extend of another lock not seen acquired", "held 3 degraded 2")
-	observe(redlock.Event{Kind: redlock.EventExtendFailed, ID: 16, Key: "gone", Latency: time.Microsecond,
+	send(observe.Event{Kind: observe.KindExtendFailed, ID: 16, Key: "gone", Latency: time.Microsecond,
 		Err: fmt.Errorf("%w: %w: the key is gone", redlock.ErrNotObtained, redlock.ErrLockLost)})
 	want("an Extend that found the lock lost", "held 2 degraded 1")
-	observe(redlock.Event{Kind: redlock.EventReleaseFailed, ID: 11, Key: "two-nodes", Latency: time.Millisecond, Err: redlock.ErrExpired})
+	send(observe.Event{Kind: observe.KindReleaseFailed, ID: 11, Key: "two-nodes", Latency: time.Millisecond, Err: redlock.ErrExpired})
 	want("a failed Unlock", "held 1 degraded 0")
-	observe(redlock.Event{Kind: redlock.EventReleased, ID: 12, Key: "two-nodes", Latency: time.Millisecond})
+	send(observe.Event{Kind: observe.KindReleased, ID: 12, Key: "two-nodes", Latency: time.Millisecond})
 	want("a second Unlock", "held 1 degraded 0")
 
-	observe(with(bare, 13, "b"))
+	send(with(bare, 13, "b"))
 	clk.advance(59 * time.Second)
-	observe(as(with(bare, 14, "b"), redlock.EventExtended))
+	send(as(with(bare, 14, "b"), observe.KindExtended))
 	clk.advance(59 * time.Second)
 	want("extended within the max ttl", "held 1 degraded 1")
 	clk.advance(2 * time.Second)
@@ -110,7 +111,7 @@ func TestAbandonedCalls(t *testing.T) {
 		t.Fatalf("%d calls kept, want the panicked one", n)
 	}
 	// Answers to an Unlock whose entry is gone.
-	h.obs.Observe(context.Background(), redlock.Event{Kind: redlock.EventNode, ID: 99, Op: redlock.OpRelease, Outcome: redlock.Agreed})
+	h.obs.Observe(context.Background(), observe.Event{Kind: observe.KindNode, ID: 99, Op: observe.OpRelease, Outcome: observe.OutcomeAgreed})
 
 	clk.advance(redlockotel.MaxBufferedAge + time.Second)
 	redlockotel.Sweep(h.obs)
@@ -135,8 +136,8 @@ func TestAbandonedCalls(t *testing.T) {
 func TestClose(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	h.obs.Observe(ctx, redlock.Event{Kind: redlock.EventAttempt, ID: 1, Key: "k", Try: 1})
-	h.obs.Observe(ctx, redlock.Event{Kind: redlock.EventAcquired, ID: 2, Key: "j", Quorum: 3})
+	h.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: 1, Key: "k", Try: 1})
+	h.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: 2, Key: "j", Quorum: 3})
 	if err := h.obs.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +147,8 @@ func TestClose(t *testing.T) {
 	if _, ok := h.metric(t, "redlock.lock.held"); ok {
 		t.Error("the held gauge is still reported after Close")
 	}
-	h.obs.Observe(ctx, redlock.Event{Kind: redlock.EventAttempt, ID: 3, Key: "k", Try: 1})
-	h.obs.Observe(ctx, redlock.Event{Kind: redlock.EventAcquired, ID: 3, Key: "k", Quorum: 3})
+	h.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: 3, Key: "k", Try: 1})
+	h.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: 3, Key: "k", Quorum: 3})
 	if n := redlockotel.CallStates(h.obs) + redlockotel.HeldStates(h.obs); n != 0 {
 		t.Errorf("%d states kept after Close", n)
 	}

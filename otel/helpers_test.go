@@ -15,7 +15,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/observe"
 	redlockotel "github.com/quorumlock/redlock/otel"
 )
 
@@ -216,7 +218,7 @@ type faultPool struct {
 
 var errReplyLost = errors.New("connection reset by peer after the command was sent")
 
-func (p *faultPool) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (p *faultPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	if g := p.wait.Load(); g != nil {
 		select {
 		case <-g.open:
@@ -255,13 +257,13 @@ func (g *gate) pass() {
 // that a lock is acquired knowing it stands on a bare majority, whatever
 // the machine's load.
 type gatedObserver struct {
-	redlock.Observer
+	observe.Observer
 	gate atomic.Pointer[gate]
 }
 
-func (o *gatedObserver) Observe(ctx context.Context, e redlock.Event) {
+func (o *gatedObserver) Observe(ctx context.Context, e observe.Event) {
 	o.Observer.Observe(ctx, e)
-	if e.Kind == redlock.EventNode && e.Outcome == redlock.Failed {
+	if e.Kind == observe.KindNode && e.Outcome == observe.OutcomeFailed {
 		if g := o.gate.Load(); g != nil {
 			g.pass()
 		}
@@ -317,7 +319,7 @@ func gatedClient(t testing.TB, h *harness, pools []*faultPool, opts ...redlock.O
 	return observedClient(t, obs, pools, opts...), obs
 }
 
-func observedClient(t testing.TB, obs redlock.Observer, pools []*faultPool, opts ...redlock.Option) *redlock.Client {
+func observedClient(t testing.TB, obs observe.Observer, pools []*faultPool, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	ports := make([]redlock.Pool, len(pools))
 	for i, p := range pools {

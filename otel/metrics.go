@@ -6,10 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/quorumlock/redlock/observe"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/quorumlock/redlock"
 )
 
 // Metric names; doc.go has the table.
@@ -40,7 +39,7 @@ const (
 )
 
 // Outcomes of a whole call, for redlock.outcome; a node's answer uses
-// redlock.Outcome's names (agreed, refused, failed).
+// observe.Outcome's names (agreed, refused, failed).
 const (
 	outcomeAcquired      = "acquired"
 	outcomeNotAcquired   = "not_acquired"
@@ -119,7 +118,7 @@ func newMeasureOpts(attrs ...attribute.KeyValue) *measureOpts {
 type attrSet struct {
 	node    int
 	addr    string
-	op      redlock.Op
+	op      observe.Op
 	outcome string
 	class   string
 }

@@ -5,12 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/redlock/observe"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/quorumlock/redlock"
 )
 
 // ScopeName is the instrumentation scope of the meter and the tracer.
@@ -37,7 +36,7 @@ type Observer struct {
 	closed    bool
 }
 
-var _ redlock.Observer = (*Observer)(nil)
+var _ observe.Observer = (*Observer)(nil)
 
 // NewObserver returns an Observer that records redlock's metrics and spans
 // with the providers in opts, by default the global ones. It returns an
@@ -87,23 +86,23 @@ func NewObserver(opts ...Option) (*Observer, error) {
 // Observe records one event, as the package documentation describes. The
 // Client calls it; it returns without blocking on anything but the
 // Observer's own short critical sections and the SDK's.
-func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
+func (o *Observer) Observe(ctx context.Context, e observe.Event) {
 	switch e.Kind {
-	case redlock.EventAttempt:
+	case observe.KindAttempt:
 		o.attempt(ctx, e)
-	case redlock.EventNode:
+	case observe.KindNode:
 		o.node(ctx, e)
-	case redlock.EventRetry:
+	case observe.KindRetry:
 		o.retry(ctx, e)
-	case redlock.EventAcquired, redlock.EventNotAcquired:
+	case observe.KindAcquired, observe.KindNotAcquired:
 		o.lockEnded(ctx, e)
-	case redlock.EventExtended, redlock.EventExtendFailed:
+	case observe.KindExtended, observe.KindExtendFailed:
 		o.extendEnded(ctx, e)
-	case redlock.EventReleased, redlock.EventReleaseFailed:
+	case observe.KindReleased, observe.KindReleaseFailed:
 		o.unlockEnded(ctx, e)
-	case redlock.EventLost:
+	case observe.KindLost:
 		o.lost(ctx, e)
-	case redlock.EventSettled:
+	case observe.KindSettled:
 		o.mu.Lock()
 		o.settledLocked(e)
 		o.mu.Unlock()
@@ -133,10 +132,10 @@ func (o *Observer) Close() error {
 	return o.reg.Unregister()
 }
 
-func (o *Observer) node(ctx context.Context, e redlock.Event) {
+func (o *Observer) node(ctx context.Context, e observe.Event) {
 	s := attrSet{node: e.Node, addr: e.Addr, op: e.Op, outcome: e.Outcome.String(), class: e.Class}
 	o.inst.node.Record(ctx, e.Latency.Seconds(), o.attrs.get(s).rec...)
-	if e.Outcome == redlock.Failed {
+	if e.Outcome == observe.OutcomeFailed {
 		s.outcome = ""
 		o.inst.nodeErrors.Add(ctx, 1, o.attrs.get(s).add...)
 	}
@@ -145,7 +144,7 @@ func (o *Observer) node(ctx context.Context, e redlock.Event) {
 	}
 }
 
-func (o *Observer) retry(ctx context.Context, e redlock.Event) {
+func (o *Observer) retry(ctx context.Context, e observe.Event) {
 	now := o.now()
 	class := callClass(e.Err)
 	o.inst.retries.Add(ctx, 1, o.lockOpts(e.Key, "", class).add...)
@@ -158,10 +157,10 @@ func (o *Observer) retry(ctx context.Context, e redlock.Event) {
 	}
 }
 
-func (o *Observer) lockEnded(ctx context.Context, e redlock.Event) {
+func (o *Observer) lockEnded(ctx context.Context, e observe.Event) {
 	now := o.now()
 	outcome, class := outcomeAcquired, ""
-	if e.Kind == redlock.EventNotAcquired {
+	if e.Kind == observe.KindNotAcquired {
 		outcome, class = outcomeNotAcquired, callClass(e.Err)
 	}
 	o.mu.Lock()
@@ -171,7 +170,7 @@ func (o *Observer) lockEnded(ctx context.Context, e redlock.Event) {
 	} else {
 		c = nil
 	}
-	if e.Kind == redlock.EventAcquired {
+	if e.Kind == observe.KindAcquired {
 		o.acquiredLocked(e, now)
 	}
 	abandoned := o.sweepLocked(now)
@@ -189,16 +188,16 @@ func (o *Observer) lockEnded(ctx context.Context, e redlock.Event) {
 	endAll(abandoned)
 }
 
-func (o *Observer) extendEnded(ctx context.Context, e redlock.Event) {
+func (o *Observer) extendEnded(ctx context.Context, e observe.Event) {
 	now := o.now()
 	began := now.Add(-e.Latency)
 	outcome, class := outcomeExtended, ""
-	if e.Kind == redlock.EventExtendFailed {
+	if e.Kind == observe.KindExtendFailed {
 		outcome, class = outcomeExtendFailed, callClass(e.Err)
 	}
 	o.mu.Lock()
 	switch {
-	case e.Kind == redlock.EventExtended:
+	case e.Kind == observe.KindExtended:
 		o.extendedLocked(e, now)
 	case class == classExpired || class == classLost:
 		// The lock's validity had passed, it was released, or the nodes
@@ -218,11 +217,11 @@ func (o *Observer) extendEnded(ctx context.Context, e redlock.Event) {
 	endAll(abandoned)
 }
 
-func (o *Observer) unlockEnded(ctx context.Context, e redlock.Event) {
+func (o *Observer) unlockEnded(ctx context.Context, e observe.Event) {
 	now := o.now()
 	began := now.Add(-e.Latency)
 	outcome, class := outcomeReleased, ""
-	if e.Kind == redlock.EventReleaseFailed {
+	if e.Kind == observe.KindReleaseFailed {
 		outcome, class = outcomeReleaseFailed, releaseClass(e.Err)
 	}
 	o.mu.Lock()
@@ -236,7 +235,7 @@ func (o *Observer) unlockEnded(ctx context.Context, e redlock.Event) {
 	opts := o.lockOpts(e.Key, outcome, class)
 	o.inst.release.Record(ctx, e.Latency.Seconds(), opts.rec...)
 	o.inst.outcomes.Add(ctx, 1, opts.add...)
-	if e.Kind == redlock.EventReleased {
+	if e.Kind == observe.KindReleased {
 		o.inst.hold.Record(ctx, e.HeldFor.Seconds(), opts.rec...)
 	}
 	if traced {
@@ -248,7 +247,7 @@ func (o *Observer) unlockEnded(ctx context.Context, e redlock.Event) {
 // lost records a lock that Do lost while its function ran. No call of the
 // Client's is running then, so there is no span of ours: the loss becomes an
 // event on the caller's span, the one in ctx, if it is recording.
-func (o *Observer) lost(ctx context.Context, e redlock.Event) {
+func (o *Observer) lost(ctx context.Context, e observe.Event) {
 	class := lossClass(e.Err)
 	o.mu.Lock()
 	o.lostLocked(e)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/observe"
 	redlockotel "github.com/quorumlock/redlock/otel"
 )
 
@@ -33,13 +34,13 @@ var (
 )
 
 func errType(class string) attribute.KeyValue { return attribute.String("error.type", class) }
-func op(o redlock.Op) attribute.KeyValue      { return attribute.String("redlock.op", o.String()) }
+func op(o observe.Op) attribute.KeyValue      { return attribute.String("redlock.op", o.String()) }
 func node(i int) attribute.KeyValue           { return attribute.Int("redlock.node", i) }
 
 // checkNodeEvents checks that span has one redlock.node event per node in
 // want, with its op, outcome and error type; want maps node to outcome, and
 // a failed node's class follows a slash ("failed/io").
-func checkNodeEvents(t *testing.T, span sdktrace.ReadOnlySpan, o redlock.Op, addrs []string, want map[int]string) {
+func checkNodeEvents(t *testing.T, span sdktrace.ReadOnlySpan, o observe.Op, addrs []string, want map[int]string) {
 	t.Helper()
 	evs := events(span, "redlock.node")
 	if len(evs) != len(want) {
@@ -106,7 +107,7 @@ func TestBareMajority(t *testing.T) {
 		t.Errorf("lock span's parent is %v, want the caller's span %v", span.Parent().SpanID(), caller.SpanContext().SpanID())
 	}
 	bareAnswers := map[int]string{0: "agreed", 1: "agreed", 2: "agreed", 3: "failed/io", 4: "failed/io"}
-	checkNodeEvents(t, span, redlock.OpAcquire, addrs, bareAnswers)
+	checkNodeEvents(t, span, observe.OpAcquire, addrs, bareAnswers)
 	attrs := span.Attributes()
 	if attrString(attrs, "redlock.outcome") != "acquired" || attrInt(attrs, "redlock.margin") != 0 ||
 		attrInt(attrs, "redlock.held") != 3 || attrInt(attrs, "redlock.quorum") != 3 || attrString(attrs, "redlock.key") != "bare" {
@@ -129,17 +130,17 @@ func TestBareMajority(t *testing.T) {
 		t.Errorf("acquire durations %d, want 1", got)
 	}
 	for _, i := range []int{3, 4} {
-		if got := h.sum(t, "redlock.node.errors", node(i), op(redlock.OpAcquire), errType("io")); got != 1 {
+		if got := h.sum(t, "redlock.node.errors", node(i), op(observe.OpAcquire), errType("io")); got != 1 {
 			t.Errorf("node %d: %d io errors, want 1", i, got)
 		}
 	}
 	if got := h.sum(t, "redlock.node.errors", node(0)); got != 0 {
 		t.Errorf("node 0: %d errors, want 0", got)
 	}
-	if got := h.count(t, "redlock.node.duration", op(redlock.OpAcquire)); got != 5 {
+	if got := h.count(t, "redlock.node.duration", op(observe.OpAcquire)); got != 5 {
 		t.Errorf("%d node durations, want 5", got)
 	}
-	if got := h.count(t, "redlock.node.duration", op(redlock.OpAcquire), agreed); got != 3 {
+	if got := h.count(t, "redlock.node.duration", op(observe.OpAcquire), agreed); got != 3 {
 		t.Errorf("%d agreed node durations, want 3", got)
 	}
 
@@ -149,7 +150,7 @@ func TestBareMajority(t *testing.T) {
 		t.Fatal(err)
 	}
 	ext := h.oneSpan(t, "redlock.extend")
-	checkNodeEvents(t, ext, redlock.OpExtend, addrs, bareAnswers)
+	checkNodeEvents(t, ext, observe.OpExtend, addrs, bareAnswers)
 	if ext.Parent().SpanID() != caller.SpanContext().SpanID() {
 		t.Errorf("extend span's parent is %v, want the caller's", ext.Parent().SpanID())
 	}
@@ -163,7 +164,7 @@ func TestBareMajority(t *testing.T) {
 	}
 	caller.End()
 	unlock := h.oneSpan(t, "redlock.unlock")
-	checkNodeEvents(t, unlock, redlock.OpRelease, addrs, bareAnswers)
+	checkNodeEvents(t, unlock, observe.OpRelease, addrs, bareAnswers)
 	if unlock.Parent().SpanID() != caller.SpanContext().SpanID() {
 		t.Errorf("unlock span's parent is %v, want the caller's", unlock.Parent().SpanID())
 	}
@@ -380,7 +381,7 @@ func TestReleaseFailure(t *testing.T) {
 	if got := h.sum(t, "redlock.lock.held"); got != 0 {
 		t.Errorf("held gauge %d after Unlock began, want 0", got)
 	}
-	if got := h.sum(t, "redlock.node.errors", op(redlock.OpRelease), errType("io")); got != 2 {
+	if got := h.sum(t, "redlock.node.errors", op(observe.OpRelease), errType("io")); got != 2 {
 		t.Errorf("release node errors %d, want 2", got)
 	}
 	span := h.oneSpan(t, "redlock.unlock")
@@ -416,7 +417,7 @@ func TestStragglers(t *testing.T) {
 	waitFor(t, 5*time.Second, "the frozen nodes' answers", func() bool {
 		return h.count(t, "redlock.node.duration") == 10
 	})
-	for _, o := range []redlock.Op{redlock.OpAcquire, redlock.OpRelease} {
+	for _, o := range []observe.Op{observe.OpAcquire, observe.OpRelease} {
 		if got := h.sum(t, "redlock.node.errors", op(o), errType("timeout")); got != 2 {
 			t.Errorf("%v: %d timeouts counted, want 2", o, got)
 		}

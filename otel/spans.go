@@ -4,11 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/quorumlock/redlock/observe"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/quorumlock/redlock"
 )
 
 // Span and span event names.
@@ -97,10 +96,10 @@ type call struct {
 // An answer is a node's answer kept for a span not made yet.
 type answer struct {
 	at time.Time
-	e  redlock.Event
+	e  observe.Event
 }
 
-func (o *Observer) attempt(ctx context.Context, e redlock.Event) {
+func (o *Observer) attempt(ctx context.Context, e observe.Event) {
 	now := o.now()
 	if e.Try > 1 {
 		if c := o.lockCall(e.ID); c != nil {
@@ -137,10 +136,10 @@ func (o *Observer) lockCall(id uint64) *call {
 
 // nodeSpanEvent gives a node's answer to its call's span: at once to an open
 // Lock span, or kept for an Extend or Unlock span.
-func (o *Observer) nodeSpanEvent(e redlock.Event) {
+func (o *Observer) nodeSpanEvent(e observe.Event) {
 	now := o.now()
 	switch e.Op {
-	case redlock.OpExtend, redlock.OpRelease:
+	case observe.OpExtend, observe.OpRelease:
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		if o.closed {
@@ -218,7 +217,7 @@ func (c *call) abandon(why string) {
 	}
 }
 
-func (c *call) retried(now time.Time, e redlock.Event, class string) {
+func (c *call) retried(now time.Time, e observe.Event, class string) {
 	if c.span == nil || !c.span.IsRecording() {
 		return
 	}
@@ -226,13 +225,13 @@ func (c *call) retried(now time.Time, e redlock.Event, class string) {
 		attrTry.Int(e.Try), attrDelay.Float64(e.Delay.Seconds()), attrErrorType.String(class)))
 }
 
-func (c *call) endLock(now time.Time, e redlock.Event, outcome, class string) {
+func (c *call) endLock(now time.Time, e observe.Event, outcome, class string) {
 	if c.span == nil {
 		return
 	}
 	if c.span.IsRecording() {
 		attrs := []attribute.KeyValue{attrOutcome.String(outcome), attrTries.Int(e.Try)}
-		if e.Kind == redlock.EventAcquired {
+		if e.Kind == observe.KindAcquired {
 			attrs = append(attrs, attrHeld.Int(e.Held), attrMargin.Int(e.Margin), attrQuorum.Int(e.Quorum))
 			if e.Token != 0 {
 				attrs = append(attrs, attrFencingToken.Int64(int64(e.Token)))
@@ -246,7 +245,7 @@ func (c *call) endLock(now time.Time, e redlock.Event, outcome, class string) {
 
 // bufferedSpan makes the span of an Extend or Unlock that has ended, from
 // began to now, with the node answers that came before the end.
-func (o *Observer) bufferedSpan(ctx context.Context, name string, e redlock.Event, began, now time.Time, answers []answer, outcome, class string) {
+func (o *Observer) bufferedSpan(ctx context.Context, name string, e observe.Event, began, now time.Time, answers []answer, outcome, class string) {
 	_, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithTimestamp(began), trace.WithAttributes(attrKey.String(e.Key)))
 	if span.IsRecording() {
@@ -255,9 +254,9 @@ func (o *Observer) bufferedSpan(ctx context.Context, name string, e redlock.Even
 		}
 		attrs := []attribute.KeyValue{attrOutcome.String(outcome)}
 		switch e.Kind {
-		case redlock.EventExtended:
+		case observe.KindExtended:
 			attrs = append(attrs, attrHeld.Int(e.Held), attrMargin.Int(e.Margin), attrQuorum.Int(e.Quorum))
-		case redlock.EventReleased:
+		case observe.KindReleased:
 			attrs = append(attrs, attrHeldFor.Float64(e.HeldFor.Seconds()))
 		}
 		span.SetAttributes(attrs...)
@@ -267,7 +266,7 @@ func (o *Observer) bufferedSpan(ctx context.Context, name string, e redlock.Even
 }
 
 // nodeAttrs describes one node's answer, for a span event.
-func nodeAttrs(e redlock.Event) []attribute.KeyValue {
+func nodeAttrs(e observe.Event) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs, attrNode.Int(e.Node), attrOp.String(e.Op.String()), attrOutcome.String(e.Outcome.String()),
 		attrDuration.Float64(e.Latency.Seconds()))
@@ -275,7 +274,7 @@ func nodeAttrs(e redlock.Event) []attribute.KeyValue {
 	if e.Class != "" {
 		attrs = append(attrs, attrErrorType.String(e.Class))
 	}
-	if e.Err != nil && e.Outcome == redlock.Failed {
+	if e.Err != nil && e.Outcome == observe.OutcomeFailed {
 		attrs = append(attrs, attrErrorMessage.String(e.Err.Error()))
 	}
 	return attrs
@@ -291,7 +290,7 @@ func setError(span trace.Span, err error, class string) {
 }
 
 // lostSpanEvent marks a loss on the caller's span.
-func lostSpanEvent(ctx context.Context, e redlock.Event, class string) {
+func lostSpanEvent(ctx context.Context, e observe.Event, class string) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return

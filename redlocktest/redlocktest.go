@@ -28,19 +28,19 @@
 //     majority of them; a Pool dialled while its server is paused works once
 //     it resumes.
 //   - FrozenSingleNode: the same for a Client of one node, the case in which
-//     a Pool that declares redlock.DeadlineHonorer is trusted to end its own
+//     a Pool that declares driver.DeadlineHonorer is trusted to end its own
 //     calls; such a Pool's Exec must also return by its deadline.
 //   - ErrorReplies: NOPERM, NOAUTH, OOM, READONLY, WRONGTYPE, MOVED and LOADING
 //     from real servers (LOADING from a stand-in that answers every command
 //     that way) never count as agreement, and reach the caller as a
-//     redlock.ReplyError with the server's code; the driver sends each
+//     driver.ReplyError with the server's code; the driver sends each
 //     command once (no retries behind the core's back); NOSCRIPT falls back
 //     to EVAL.
 //   - TLS and ACL: a TLS-only server with client certificates, and an ACL
 //     user allowed only what the library sends.
-//   - Names: node errors carry the node's address (redlock.Namer).
+//   - Names: node errors carry the node's address (driver.Namer).
 //   - Subscribe: messages published on a channel reach a subscriber
-//     (redlock.Subscriber).
+//     (driver.Subscriber).
 //   - Cluster (with Adapter.DialCluster): three members, each a 3-primary
 //     Redis Cluster; plain and fenced locks work, and killing a primary in
 //     one member loses no lock.
@@ -61,6 +61,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
 )
 
@@ -437,7 +438,7 @@ func (k *kit) errorReplies(t *testing.T) {
 			t.Fatalf("TryLock succeeded on a node that answers %s", code)
 		}
 		if !errors.Is(err, redlock.ErrNotObtained) || !hasCode(err, code) {
-			t.Errorf("TryLock: %v, want ErrNotObtained with a %s redlock.ReplyError", err, code)
+			t.Errorf("TryLock: %v, want ErrNotObtained with a %s driver.ReplyError", err, code)
 		}
 	}
 
@@ -526,7 +527,7 @@ func (k *kit) errorReplies(t *testing.T) {
 
 // hasCode reports whether err holds a ReplyError with code.
 func hasCode(err error, code string) bool {
-	var rerr redlock.ReplyError
+	var rerr driver.ReplyError
 	return errors.As(err, &rerr) && rerr.Code() == code
 }
 
@@ -603,9 +604,9 @@ func (k *kit) acl(t *testing.T) {
 func (k *kit) names(t *testing.T) {
 	s := start(t, 1)[0]
 	pool := k.a.Dial(t, Server{Addr: s.Addr})
-	namer, ok := pool.(redlock.Namer)
+	namer, ok := pool.(driver.Namer)
 	if !ok {
-		t.Skipf("%T does not implement redlock.Namer: node errors will show indexes only", pool)
+		t.Skipf("%T does not implement driver.Namer: node errors will show indexes only", pool)
 	}
 	if namer.Name() != s.Addr {
 		t.Errorf("Name() = %q, want %q", namer.Name(), s.Addr)
@@ -622,9 +623,9 @@ func (k *kit) names(t *testing.T) {
 func (k *kit) subscribe(t *testing.T) {
 	s := start(t, 1)[0]
 	pool := k.a.Dial(t, Server{Addr: s.Addr})
-	sub, ok := pool.(redlock.Subscriber)
+	sub, ok := pool.(driver.Subscriber)
 	if !ok {
-		t.Skipf("%T does not implement redlock.Subscriber: waiters cannot be woken on release", pool)
+		t.Skipf("%T does not implement driver.Subscriber: waiters cannot be woken on release", pool)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
@@ -743,7 +744,7 @@ func (k *kit) cluster(t *testing.T) {
 }
 
 // frozenSingleNode: a Client of one frozen node fails within its bounds. A
-// Pool that declares redlock.DeadlineHonorer runs such a Client's rounds on
+// Pool that declares driver.DeadlineHonorer runs such a Client's rounds on
 // the caller's goroutine, with no timer of the core's to end them, so this
 // is where its promise shows; its Exec is also checked directly.
 func (k *kit) frozenSingleNode(t *testing.T) {
@@ -770,11 +771,11 @@ func (k *kit) frozenSingleNode(t *testing.T) {
 		}
 		return err
 	}
-	if h, ok := pool.(redlock.DeadlineHonorer); ok && h.HonorsDeadline() {
+	if h, ok := pool.(driver.DeadlineHonorer); ok && h.HonorsDeadline() {
 		err := timed("Exec on a frozen server", nodeTimeout, func() error {
 			ctx, cancel := context.WithTimeout(ctx, nodeTimeout)
 			defer cancel()
-			return pool.Exec(ctx, []redlock.Command{{Name: "PING"}}, make([]redlock.Reply, 1))
+			return pool.Exec(ctx, []driver.Command{{Name: "PING"}}, make([]driver.Reply, 1))
 		})
 		if err == nil {
 			t.Error("Exec on a frozen server succeeded")

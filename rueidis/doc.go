@@ -1,6 +1,6 @@
 // Package rueidis adapts a rueidis client (github.com/redis/rueidis) to
 // redlock: NewPool turns a rueidis.Client the program already has into a
-// redlock.Pool, which is also a redlock.Namer and a redlock.Subscriber. It
+// redlock.Pool, which is also a driver.Namer and a driver.Subscriber. It
 // is a module of its own, so that importing redlock brings in no rueidis,
 // and importing this brings in rueidis and nothing more. A program that
 // imports both packages names one of them, as in
@@ -45,7 +45,7 @@
 // to a node into batches, one batch at a time per key lane (pipe.go in
 // redlock); rueidis's auto-pipelining then merges the batches of different
 // lanes into shared writes. Because it does, the Pool is a
-// redlock.Multiplexer, and the core gives it 2 lanes per node rather than
+// driver.Multiplexer, and the core gives it 2 lanes per node rather than
 // 16: larger batches, and fewer hand-offs through rueidis's queue, which
 // raised Lock+Unlock throughput at 128 goroutines by 1.4 to 1.5×
 // (docs/benchmarks.md).
@@ -71,14 +71,14 @@
 //
 // Status and bulk strings come back as strings, integers as int64, arrays
 // as []any, null replies as nil. An error reply becomes Reply.Err, a
-// redlock.ReplyError with the text the server sent, "ERR" included (rueidis
+// driver.ReplyError with the text the server sent, "ERR" included (rueidis
 // strips it from its own RedisError). Any other error fails the whole
 // batch, as the port says, even if it struck only some of the commands (a
 // connection that broke mid-batch, one node of a cluster): the core counts
 // every command of the batch as failed and undoes them as it undoes agreeing
 // nodes. An error reply that rueidis reports as the connection's, to the
 // handshake of a new connection (NOAUTH, WRONGPASS), fails the batch too,
-// as a redlock.ReplyError: the node's error then names the server's code,
+// as a driver.ReplyError: the node's error then names the server's code,
 // as it does with redigo, which gets the same error in reply to the SET.
 //
 // rueidis resends only commands marked read-only, and the commands Exec
@@ -112,7 +112,7 @@
 // it comes. ClientOption.ConnWriteTimeout (10 s by default) is how long
 // rueidis waits on a silent connection before it closes it.
 //
-// The Pool does not implement redlock.DeadlineHonorer, and so a
+// The Pool does not implement driver.DeadlineHonorer, and so a
 // redlock.Client of one such node still runs each operation on a goroutine
 // of its own, bounded by the core's timer. rueidis keeps the deadline on the
 // socket and while a command is queued, but not everywhere: a command that

@@ -10,14 +10,14 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
 	redlockrueidis "github.com/quorumlock/redlock/rueidis"
 )
 
 // subscribe runs Subscribe on a goroutine and returns its result channel
 // once ready was called, or fails t.
-func subscribe(t *testing.T, ctx context.Context, sub redlock.Subscriber) <-chan error {
+func subscribe(t *testing.T, ctx context.Context, sub driver.Subscriber) <-chan error {
 	t.Helper()
 	ready := make(chan struct{})
 	done := make(chan error, 1)
@@ -103,7 +103,7 @@ func TestSubscribeErrorReply(t *testing.T) {
 	}
 	defer client.Close()
 	err = redlockrueidis.NewPool(client).Subscribe(context.Background(), "ch", func() { t.Error("ready without permission") }, func(string) {})
-	var rerr redlock.ReplyError
+	var rerr driver.ReplyError
 	if !errors.As(err, &rerr) || rerr.Code() != "NOPERM" || !strings.Contains(err.Error(), "SUBSCRIBE") {
 		t.Errorf("Subscribe without permission: %v, want a NOPERM ReplyError", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/benchkit"
 	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/valkeygo"
@@ -29,7 +30,7 @@ import (
 // trip each, merged with other lanes' commands by auto-pipelining.
 type doEach struct{ *valkeygo.Pool }
 
-func (p doEach) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (p doEach) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	for i := range cmds {
 		if err := p.Pool.Exec(ctx, cmds[i:i+1], replies[i:i+1]); err != nil {
 			return err
@@ -43,7 +44,7 @@ func (p doEach) Exec(ctx context.Context, cmds []redlock.Command, replies []redl
 // order, which the port requires: a reference, not a candidate.
 type doConcurrent struct{ *valkeygo.Pool }
 
-func (p doConcurrent) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (p doConcurrent) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	if len(cmds) == 1 {
 		return p.Pool.Exec(ctx, cmds, replies)
 	}
@@ -71,7 +72,7 @@ type counting struct {
 	execs, cmds *atomic.Int64
 }
 
-func (p counting) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (p counting) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	p.execs.Add(1)
 	p.cmds.Add(int64(len(cmds)))
 	return p.Pool.Exec(ctx, cmds, replies)

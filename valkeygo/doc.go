@@ -1,7 +1,7 @@
 // Package valkeygo adapts a valkey-go client (github.com/valkey-io/valkey-go,
 // package valkey) to redlock: NewPool turns a valkey.Client the program
-// already has into a redlock.Pool, which is also a redlock.Namer and a
-// redlock.Subscriber. It is a module of its own, so that importing redlock
+// already has into a redlock.Pool, which is also a driver.Namer and a
+// driver.Subscriber. It is a module of its own, so that importing redlock
 // brings in no valkey-go, and importing this brings in valkey-go and nothing
 // more. valkey-go is a fork of rueidis, and this package is the twin of
 // github.com/quorumlock/redlock/rueidis; it works with Valkey and with
@@ -45,7 +45,7 @@
 // to a node into batches, one batch at a time per key lane (pipe.go in
 // redlock); valkey-go's auto-pipelining then merges the batches of different
 // lanes into shared writes. Because it does, the Pool is a
-// redlock.Multiplexer, and the core gives it 2 lanes per node rather than
+// driver.Multiplexer, and the core gives it 2 lanes per node rather than
 // 16: larger batches, and fewer hand-offs through valkey-go's queue, which
 // raised Lock+Unlock throughput at 128 goroutines by 1.4 to 1.5×
 // (docs/benchmarks.md).
@@ -71,14 +71,14 @@
 //
 // Status and bulk strings come back as strings, integers as int64, arrays
 // as []any, null replies as nil. An error reply becomes Reply.Err, a
-// redlock.ReplyError with the text the server sent, "ERR" included
+// driver.ReplyError with the text the server sent, "ERR" included
 // (valkey-go strips it from its own ValkeyError). Any other error fails the
 // whole batch, as the port says, even if it struck only some of the
 // commands (a connection that broke mid-batch, one node of a cluster): the
 // core counts every command of the batch as failed and undoes them as it
 // undoes agreeing nodes. An error reply that valkey-go reports as the
 // connection's, to the handshake of a new connection (NOAUTH, WRONGPASS),
-// fails the batch too, as a redlock.ReplyError: the node's error then names
+// fails the batch too, as a driver.ReplyError: the node's error then names
 // the server's code, as it does with redigo, which gets the same error in
 // reply to the SET.
 //
@@ -113,7 +113,7 @@
 // it comes. ClientOption.ConnWriteTimeout (10 s by default) is how long
 // valkey-go waits on a silent connection before it closes it.
 //
-// The Pool does not implement redlock.DeadlineHonorer, and so a
+// The Pool does not implement driver.DeadlineHonorer, and so a
 // redlock.Client of one such node still runs each operation on a goroutine
 // of its own, bounded by the core's timer. valkey-go keeps the deadline on the
 // socket and while a command is queued, but not everywhere: a command that

@@ -11,6 +11,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // Pool is the redlock.Pool for a valkey.Client. The client is one Redlock
@@ -27,11 +28,11 @@ type Pool struct {
 }
 
 var (
-	_ redlock.Pool        = (*Pool)(nil)
-	_ redlock.Namer       = (*Pool)(nil)
-	_ redlock.Validator   = (*Pool)(nil)
-	_ redlock.Subscriber  = (*Pool)(nil)
-	_ redlock.Multiplexer = (*Pool)(nil)
+	_ redlock.Pool       = (*Pool)(nil)
+	_ driver.Namer       = (*Pool)(nil)
+	_ driver.Validator   = (*Pool)(nil)
+	_ driver.Subscriber  = (*Pool)(nil)
+	_ driver.Multiplexer = (*Pool)(nil)
 )
 
 // NewPool returns a Pool that sends commands through client. Its Addr is the
@@ -50,7 +51,7 @@ func NewPool(client valkey.Client) *Pool {
 // errNoClient is Valid's and Exec's error for a Pool without a Client.
 var errNoClient = errors.New("valkeygo: the Pool has no Client")
 
-// Valid implements redlock.Validator: a Pool needs a Client.
+// Valid implements driver.Validator: a Pool needs a Client.
 func (p *Pool) Valid() error {
 	if p.Client == nil {
 		return errNoClient
@@ -74,7 +75,7 @@ func nodeNames(client valkey.Client) string {
 // Name returns Addr.
 func (p *Pool) Name() string { return p.Addr }
 
-// Multiplexes implements redlock.Multiplexer: valkey-go's auto-pipelining
+// Multiplexes implements driver.Multiplexer: valkey-go's auto-pipelining
 // merges the commands of concurrent calls into shared writes on one
 // connection, so the core sends this Pool fewer, larger batches. It reports
 // true even for a client made with DisableAutoPipelining, which the Pool
@@ -86,14 +87,14 @@ func (p *Pool) Multiplexes() bool { return true }
 // writes them in order on one connection (one per slot, for a cluster
 // client). See redlock.Pool, and the package doc for the choice.
 //
-// An error reply becomes Reply.Err, a redlock.ReplyError with the text the
+// An error reply becomes Reply.Err, a driver.ReplyError with the text the
 // server sent. Any other error, on any command of the batch, is returned
 // as the batch's error: valkey-go reports a connection that broke mid-batch
 // on each command it left unanswered. An error reply at that level (a
 // NOAUTH or WRONGPASS to the handshake of a new connection) answers no
 // command of ours either; it is returned as the batch's error too, as a
-// redlock.ReplyError.
-func (p *Pool) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+// driver.ReplyError.
+func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	if p.Client == nil {
 		return errNoClient
 	}
@@ -131,7 +132,7 @@ var errReplyCount = errors.New("redlock/valkeygo: reply count does not match")
 // through Args with the other arguments. The builder of a cluster client
 // panics on keys of different slots, and the server refuses them anyway,
 // with CROSSSLOT: that is the answer redlock expects (docs/drivers.md).
-func (p *Pool) build(c redlock.Command) (valkey.Completed, error) {
+func (p *Pool) build(c driver.Command) (valkey.Completed, error) {
 	args := make([]string, len(c.Args))
 	for i, a := range c.Args {
 		s, err := argString(a)
@@ -150,7 +151,7 @@ func (p *Pool) build(c redlock.Command) (valkey.Completed, error) {
 }
 
 // argString converts one command argument: a string, []byte or int64, as
-// redlock.Command allows, or an int.
+// driver.Command allows, or an int.
 func argString(a any) (string, error) {
 	switch a := a.(type) {
 	case string:
@@ -168,13 +169,13 @@ func argString(a any) (string, error) {
 // storeReply stores one command's result in r, or returns the error that
 // kept it from having one. An error reply at that level came from the
 // handshake of a new connection (NOAUTH, WRONGPASS); it is returned as a
-// redlock.ReplyError, so that the node's error carries the server's code as
+// driver.ReplyError, so that the node's error carries the server's code as
 // it does with a driver that sends no handshake and gets the same error in
 // reply to the command.
-func storeReply(r *redlock.Reply, res valkey.ValkeyResult) error {
+func storeReply(r *driver.Reply, res valkey.ValkeyResult) error {
 	if err := res.NonValkeyError(); err != nil {
 		if rerr, ok := valkey.IsValkeyErr(err); ok {
-			return redlock.ReplyError(rerr.Error())
+			return driver.ReplyError(rerr.Error())
 		}
 		return err
 	}
@@ -183,19 +184,19 @@ func storeReply(r *redlock.Reply, res valkey.ValkeyResult) error {
 	return nil
 }
 
-// reply maps one message onto a redlock.Reply.
-func reply(m *valkey.ValkeyMessage) redlock.Reply {
+// reply maps one message onto a driver.Reply.
+func reply(m *valkey.ValkeyMessage) driver.Reply {
 	v, err := value(m)
 	if err != nil {
-		return redlock.Reply{Err: err}
+		return driver.Reply{Err: err}
 	}
-	return redlock.Reply{Value: v}
+	return driver.Reply{Value: v}
 }
 
-// value returns what m holds as redlock.Reply.Value wants it: a status or
+// value returns what m holds as driver.Reply.Value wants it: a status or
 // bulk string as a string, an integer as an int64, an array as []any (an
 // error inside it as a ReplyError), a null as nil. An error reply is
-// returned as a redlock.ReplyError. Other RESP3 types, which no command of
+// returned as a driver.ReplyError. Other RESP3 types, which no command of
 // redlock's gets, come as ValkeyMessage.ToAny makes them.
 //
 // m.Error() strips a leading "ERR " from the text (a courtesy of valkey-go to
@@ -206,7 +207,7 @@ func value(m *valkey.ValkeyMessage) (any, error) {
 		return nil, nil
 	case m.Error() != nil:
 		text, _ := m.ToString()
-		return nil, redlock.ReplyError(text)
+		return nil, driver.ReplyError(text)
 	case m.IsString():
 		return m.ToString()
 	case m.IsInt64():
@@ -219,7 +220,7 @@ func value(m *valkey.ValkeyMessage) (any, error) {
 		vs := make([]any, len(elems))
 		for i := range elems {
 			v, err := value(&elems[i])
-			if rerr, ok := err.(redlock.ReplyError); ok {
+			if rerr, ok := err.(driver.ReplyError); ok {
 				v = rerr
 			} else if err != nil {
 				return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/redlocktest"
 	"github.com/quorumlock/redlock/valkeygo"
@@ -37,19 +38,19 @@ func requireRedis(t testing.TB, cluster bool) {
 	t.Skip(why)
 }
 
-func exec(t *testing.T, p redlock.Pool, cmds ...redlock.Command) []redlock.Reply {
+func exec(t *testing.T, p redlock.Pool, cmds ...driver.Command) []driver.Reply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	replies := make([]redlock.Reply, len(cmds))
+	replies := make([]driver.Reply, len(cmds))
 	if err := p.Exec(ctx, cmds, replies); err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
 	return replies
 }
 
-func cmd(name string, args ...any) redlock.Command {
-	return redlock.Command{Name: name, Args: args}
+func cmd(name string, args ...any) driver.Command {
+	return driver.Command{Name: name, Args: args}
 }
 
 // Each kind of reply arrives as redlock.Pool.Exec promises, over RESP3 and
@@ -59,28 +60,28 @@ func TestReplyMapping(t *testing.T) {
 	s := redistest.Start(t)
 	cases := []struct {
 		name string
-		cmd  redlock.Command
-		want redlock.Reply
+		cmd  driver.Command
+		want driver.Reply
 	}{
-		{"status", cmd("SET", "k", "v"), redlock.Reply{Value: "OK"}},
-		{"bulk", cmd("GET", "k"), redlock.Reply{Value: "v"}},
-		{"null bulk", cmd("GET", "missing"), redlock.Reply{}},
-		{"integer", cmd("INCR", "n"), redlock.Reply{Value: int64(1)}},
-		{"negative integer", cmd("PTTL", "missing"), redlock.Reply{Value: int64(-2)}},
+		{"status", cmd("SET", "k", "v"), driver.Reply{Value: "OK"}},
+		{"bulk", cmd("GET", "k"), driver.Reply{Value: "v"}},
+		{"null bulk", cmd("GET", "missing"), driver.Reply{}},
+		{"integer", cmd("INCR", "n"), driver.Reply{Value: int64(1)}},
+		{"negative integer", cmd("PTTL", "missing"), driver.Reply{Value: int64(-2)}},
 		{"array", cmd("EVAL", "return {1, 'a', false, {2, 'b'}}", int64(0)),
-			redlock.Reply{Value: []any{int64(1), "a", nil, []any{int64(2), "b"}}}},
-		{"empty array", cmd("EVAL", "return {}", int64(0)), redlock.Reply{Value: []any{}}},
+			driver.Reply{Value: []any{int64(1), "a", nil, []any{int64(2), "b"}}}},
+		{"empty array", cmd("EVAL", "return {}", int64(0)), driver.Reply{Value: []any{}}},
 		{"error in an array", cmd("EVAL", "return {1, redis.error_reply('BAD inside')}", int64(0)),
-			redlock.Reply{Value: []any{int64(1), redlock.ReplyError("BAD inside")}}},
+			driver.Reply{Value: []any{int64(1), driver.ReplyError("BAD inside")}}},
 		{"error reply", cmd("EVAL", "return redis.error_reply('NOPE custom text')", int64(0)),
-			redlock.Reply{Err: redlock.ReplyError("NOPE custom text")}},
+			driver.Reply{Err: driver.ReplyError("NOPE custom text")}},
 		// valkey-go strips "ERR " from ValkeyError's text; the port keeps it.
 		{"ERR keeps its code", cmd("NOSUCHCOMMAND"),
-			redlock.Reply{Err: redlock.ReplyError("ERR unknown command 'NOSUCHCOMMAND', with args beginning with: ")}},
+			driver.Reply{Err: driver.ReplyError("ERR unknown command 'NOSUCHCOMMAND', with args beginning with: ")}},
 		{"script error", cmd("EVALSHA", strings.Repeat("0", 40), int64(0)),
-			redlock.Reply{Err: redlock.ReplyError("NOSCRIPT No matching script. Please use EVAL.")}},
+			driver.Reply{Err: driver.ReplyError("NOSCRIPT No matching script. Please use EVAL.")}},
 		{"wrong type", cmd("EVAL", "redis.call('RPUSH', KEYS[1], 'x') return redis.call('GET', KEYS[1])", int64(1), "list"),
-			redlock.Reply{Err: redlock.ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value script: ")}},
+			driver.Reply{Err: driver.ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value script: ")}},
 	}
 	for _, resp2 := range []bool{false, true} {
 		client, err := valkey.NewClient(valkey.ClientOption{
@@ -94,7 +95,7 @@ func TestReplyMapping(t *testing.T) {
 		proto := map[bool]string{false: "RESP3", true: "RESP2"}[resp2]
 		exec(t, p, cmd("FLUSHALL"))
 
-		var batch []redlock.Command
+		var batch []driver.Command
 		for _, c := range cases {
 			t.Run(proto+"/"+c.name, func(t *testing.T) {
 				got := exec(t, p, c.cmd)[0]
@@ -111,11 +112,11 @@ func TestReplyMapping(t *testing.T) {
 	}
 }
 
-func checkReply(t *testing.T, got, want redlock.Reply) {
+func checkReply(t *testing.T, got, want driver.Reply) {
 	t.Helper()
-	if wantErr, ok := want.Err.(redlock.ReplyError); ok {
+	if wantErr, ok := want.Err.(driver.ReplyError); ok {
 		// The script errors' tails vary with the Redis version.
-		gotErr, ok := got.Err.(redlock.ReplyError)
+		gotErr, ok := got.Err.(driver.ReplyError)
 		if !ok || !strings.HasPrefix(string(gotErr), string(wantErr)) || got.Value != nil {
 			t.Errorf("got %#v, want an error reply starting %q", got, wantErr)
 		}
@@ -136,7 +137,7 @@ func TestReplyMappingRESP3Double(t *testing.T) {
 	}
 	defer client.Close()
 	got := exec(t, valkeygo.NewPool(client), cmd("EVAL", "redis.setresp(3) return {double=1.5}", int64(0)))[0]
-	if got != (redlock.Reply{Value: 1.5}) {
+	if got != (driver.Reply{Value: 1.5}) {
 		t.Errorf("got %#v, want 1.5", got)
 	}
 }
@@ -153,10 +154,10 @@ func TestArguments(t *testing.T) {
 	defer client.Close()
 	p := valkeygo.NewPool(client)
 
-	set := redlock.Command{Name: "SET", Args: []any{[]byte("key"), "v", "PX", int64(60000)}, NumKeys: 1}
-	incr := redlock.Command{Name: "INCRBY", Args: []any{"n", 7}, NumKeys: 1}
+	set := driver.Command{Name: "SET", Args: []any{[]byte("key"), "v", "PX", int64(60000)}, NumKeys: 1}
+	incr := driver.Command{Name: "INCRBY", Args: []any{"n", 7}, NumKeys: 1}
 	// Keys in the middle: EVAL script numkeys key1 key2 arg.
-	eval := redlock.Command{
+	eval := driver.Command{
 		Name:     "EVAL",
 		Args:     []any{"return {KEYS[1], KEYS[2], ARGV[1]}", int64(2), "k1", []byte("k2"), int64(-5)},
 		FirstKey: 2, NumKeys: 2,
@@ -172,8 +173,8 @@ func TestArguments(t *testing.T) {
 		t.Errorf("PTTL after SET PX 60000: %#v", got[3])
 	}
 
-	replies := make([]redlock.Reply, 2)
-	err = p.Exec(context.Background(), []redlock.Command{cmd("SET", "bad", 1.5), cmd("SET", "good", "x")}, replies)
+	replies := make([]driver.Reply, 2)
+	err = p.Exec(context.Background(), []driver.Command{cmd("SET", "bad", 1.5), cmd("SET", "good", "x")}, replies)
 	if err == nil || !strings.Contains(err.Error(), "float64") {
 		t.Errorf("Exec with a float64 argument: %v, want an error naming the type", err)
 	}
@@ -218,10 +219,10 @@ func TestBatchErrors(t *testing.T) {
 	}
 	defer client.Close()
 
-	batch := []redlock.Command{cmd("SET", "a", "1"), cmd("NOSUCHCOMMAND"), cmd("SET", "b", "2")}
+	batch := []driver.Command{cmd("SET", "a", "1"), cmd("NOSUCHCOMMAND"), cmd("SET", "b", "2")}
 	for _, fail := range []int{0, 1, 2} {
 		p := valkeygo.NewPool(&faultClient{Client: client, fail: fail, err: io.ErrUnexpectedEOF})
-		replies := make([]redlock.Reply, len(batch))
+		replies := make([]driver.Reply, len(batch))
 		if err := p.Exec(context.Background(), batch, replies); !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("batch broken from command %d: %v, want the connection's error", fail, err)
 		}
@@ -230,7 +231,7 @@ func TestBatchErrors(t *testing.T) {
 		}
 	}
 	p := valkeygo.NewPool(&faultClient{Client: client, fail: len(batch)})
-	replies := make([]redlock.Reply, len(batch))
+	replies := make([]driver.Reply, len(batch))
 	if err := p.Exec(context.Background(), batch, replies); err != nil {
 		t.Fatalf("a batch with an error reply: %v, want its replies", err)
 	}
@@ -257,8 +258,8 @@ func TestHandshakeErrors(t *testing.T) {
 		defer client.Close()
 		p := valkeygo.NewPool(client)
 		for range 2 {
-			err := p.Exec(context.Background(), []redlock.Command{cmd("SET", "k", "v")}, make([]redlock.Reply, 1))
-			var rerr redlock.ReplyError
+			err := p.Exec(context.Background(), []driver.Command{cmd("SET", "k", "v")}, make([]driver.Reply, 1))
+			var rerr driver.ReplyError
 			if !errors.As(err, &rerr) || rerr.Code() != c.code {
 				t.Errorf("password %q: Exec: %v, want a %s ReplyError", c.password, err, c.code)
 			}
@@ -285,12 +286,12 @@ func TestExecHonoursDeadline(t *testing.T) {
 	for _, n := range []int{1, 3} {
 		const timeout = 100 * time.Millisecond
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		cmds := make([]redlock.Command, n)
+		cmds := make([]driver.Command, n)
 		for i := range cmds {
 			cmds[i] = cmd("SET", "frozen", "x")
 		}
 		start := time.Now()
-		err := p.Exec(ctx, cmds, make([]redlock.Reply, n))
+		err := p.Exec(ctx, cmds, make([]driver.Reply, n))
 		took := time.Since(start)
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -315,7 +316,7 @@ func TestClusterClient(t *testing.T) {
 	p := dialCluster(t, seeds)
 	want := slices.Clone(rc.Addrs())
 	slices.Sort(want)
-	if got := p.(redlock.Namer).Name(); got != strings.Join(want, ",") {
+	if got := p.(driver.Namer).Name(); got != strings.Join(want, ",") {
 		t.Errorf("Name() = %q, want %q", got, strings.Join(want, ","))
 	}
 
@@ -326,7 +327,7 @@ func TestClusterClient(t *testing.T) {
 	// "a}b" has no hash tag, so its fencing counter cannot share its slot
 	// (docs/drivers.md).
 	_, err = c.TryLock(context.Background(), "a}b", time.Second)
-	var rerr redlock.ReplyError
+	var rerr driver.ReplyError
 	if !errors.Is(err, redlock.ErrNotObtained) || !errors.As(err, &rerr) || rerr.Code() != "CROSSSLOT" {
 		t.Errorf("fenced TryLock of a}b on a cluster: %v, want ErrNotObtained with CROSSSLOT", err)
 	}
@@ -339,7 +340,7 @@ func TestClusterClient(t *testing.T) {
 	got := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- p.(redlock.Subscriber).Subscribe(ctx, "kit:cluster:ch", func() { close(ready) }, func(m string) { got <- m })
+		done <- p.(driver.Subscriber).Subscribe(ctx, "kit:cluster:ch", func() { close(ready) }, func(m string) { got <- m })
 	}()
 	select {
 	case <-ready:
@@ -372,7 +373,7 @@ func TestNilClient(t *testing.T) {
 	if _, err := redlock.New([]redlock.Pool{p}); !errors.Is(err, redlock.ErrInvalid) {
 		t.Errorf("redlock.New with a nil client = %v, want ErrInvalid", err)
 	}
-	if err := p.Exec(context.Background(), []redlock.Command{{Name: "PING"}}, make([]redlock.Reply, 1)); err == nil {
+	if err := p.Exec(context.Background(), []driver.Command{{Name: "PING"}}, make([]driver.Reply, 1)); err == nil {
 		t.Error("Exec without a client succeeded")
 	}
 	if err := p.Subscribe(context.Background(), "c", func() {}, func(string) {}); err == nil {

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/quorumlock/redlock/driver"
 	"github.com/valkey-io/valkey-go"
-
-	"github.com/quorumlock/redlock"
 )
 
-// Subscribe implements redlock.Subscriber on a connection of its own, taken
+// Subscribe implements driver.Subscriber on a connection of its own, taken
 // from the client's pool of dedicated connections (Client.Dedicate) and
 // closed on return, so that it never goes back to the pool subscribed.
 //
@@ -66,7 +65,7 @@ func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deli
 	// nothing else, and only an error is read from it. A message published
 	// after the confirmation waits in OnMessage until the loop takes it.
 	if res := conn.Do(ctx, conn.B().Subscribe().Channel(channel).Build()); res.Error() != nil {
-		var r redlock.Reply
+		var r driver.Reply
 		if err := storeReply(&r, res); err != nil {
 			return ctxOr(ctx, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 const demoUsage = `usage: redlock demo [flags]
@@ -497,7 +498,7 @@ type freezable struct {
 
 var errFrozen = errors.New("process frozen")
 
-func (f freezable) Exec(ctx context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (f freezable) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	if f.w.frozen.Load() {
 		return errFrozen
 	}

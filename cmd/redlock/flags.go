@@ -15,6 +15,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // Environment variables read by run, doctor and status.
@@ -167,25 +168,25 @@ func (c *conn) pools(nodes []string, timeout time.Duration) []*redlock.RedigoPoo
 }
 
 // call sends one command to p and waits at most timeout for its reply. An
-// error reply comes back as the error, a redlock.ReplyError.
+// error reply comes back as the error, a driver.ReplyError.
 func call(p redlock.Pool, timeout time.Duration, name string, args ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	replies := make([]redlock.Reply, 1)
-	if err := p.Exec(ctx, []redlock.Command{{Name: name, Args: args}}, replies); err != nil {
+	replies := make([]driver.Reply, 1)
+	if err := p.Exec(ctx, []driver.Command{{Name: name, Args: args}}, replies); err != nil {
 		return nil, err
 	}
 	return replyValue(replies[0])
 }
 
 // replyValue returns a reply's value, or its error reply as a
-// redlock.ReplyError, however the driver stored it.
-func replyValue(r redlock.Reply) (any, error) {
+// driver.ReplyError, however the driver stored it.
+func replyValue(r driver.Reply) (any, error) {
 	if r.Err != nil {
 		return nil, r.Err
 	}
 	if err, ok := r.Value.(error); ok {
-		return nil, redlock.ReplyError(err.Error())
+		return nil, driver.ReplyError(err.Error())
 	}
 	return r.Value, nil
 }

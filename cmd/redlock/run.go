@@ -18,6 +18,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // Exit codes of redlock run, besides CMD's own, which passes through.
@@ -297,8 +298,8 @@ func preflight(pools []redlock.Pool, addrs []string, logf func(string, ...any)) 
 	var wg sync.WaitGroup
 	for i, p := range pools {
 		wg.Go(func() {
-			replies := make([]redlock.Reply, 1)
-			err := p.Exec(ctx, []redlock.Command{{Name: "PING"}}, replies)
+			replies := make([]driver.Reply, 1)
+			err := p.Exec(ctx, []driver.Command{{Name: "PING"}}, replies)
 			if err == nil {
 				err = replies[0].Err
 			}

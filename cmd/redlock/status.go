@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 const statusUsage = `usage: redlock status --key K [flags]
@@ -127,12 +128,12 @@ func readKey(p *redlock.RedigoPool, cfg *statusConfig) keyStatus {
 	s := keyStatus{addr: p.Addr}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.nodeTimeout)
 	defer cancel()
-	cmds := []redlock.Command{
+	cmds := []driver.Command{
 		{Name: "GET", Args: []any{cfg.key}, NumKeys: 1},
 		{Name: "PTTL", Args: []any{cfg.key}, NumKeys: 1},
 		{Name: "GET", Args: []any{fenceKey(cfg.key)}, NumKeys: 1},
 	}
-	replies := make([]redlock.Reply, len(cmds))
+	replies := make([]driver.Reply, len(cmds))
 	if s.err = p.Exec(ctx, cmds, replies); s.err != nil {
 		return s
 	}

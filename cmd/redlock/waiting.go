@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/progress"
 )
 
@@ -105,11 +106,11 @@ func readHolder(ctx context.Context, pools []redlock.Pool, key string, timeout t
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			cmds := []redlock.Command{
+			cmds := []driver.Command{
 				{Name: "GET", Args: []any{key}, NumKeys: 1},
 				{Name: "PTTL", Args: []any{key}, NumKeys: 1},
 			}
-			replies := make([]redlock.Reply, len(cmds))
+			replies := make([]driver.Reply, len(cmds))
 			s := &out[i]
 			if s.err = p.Exec(ctx, cmds, replies); s.err != nil {
 				return

@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 func TestDescribeHolder(t *testing.T) {
@@ -123,13 +124,13 @@ func TestWaitLineBoundedByNodeTimeout(t *testing.T) {
 // fakePool answers GET with a token and PTTL with a ttl, without a network.
 type fakePool struct{ token string }
 
-func (f fakePool) Exec(_ context.Context, cmds []redlock.Command, replies []redlock.Reply) error {
+func (f fakePool) Exec(_ context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	for i, c := range cmds {
 		switch c.Name {
 		case "GET":
-			replies[i] = redlock.Reply{Value: []byte(f.token)}
+			replies[i] = driver.Reply{Value: []byte(f.token)}
 		case "PTTL":
-			replies[i] = redlock.Reply{Value: int64(3000)}
+			replies[i] = driver.Reply{Value: int64(3000)}
 		}
 	}
 	return nil

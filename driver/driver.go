@@ -1,0 +1,171 @@
+// Package driver is the port between redlock and a Redis client: the few
+// interfaces an adapter implements so that a driver's connection to one Redis
+// master can serve as one member of the quorum. A lock user never imports
+// it; an adapter author reads it alone, as a database/sql driver author reads
+// database/sql/driver.
+//
+// The core speaks to each master through a Pool, which moves a batch of
+// commands to the server and brings the replies back, and nothing more:
+// every policy stays on the core's side of the port.
+//
+//   - Deadlines: the core gives each batch a ctx whose deadline is the node
+//     timeout, and stops waiting at that deadline whatever the Pool does. A
+//     Pool that honours ctx frees its connection sooner; one that does not
+//     costs a goroutine until its driver gives up, never a caller's time.
+//   - Batching: the core groups the commands that concurrent callers send to
+//     one master into batches and keeps the order of commands on the same
+//     key. A Pool sends a batch as one pipeline where its driver can, or one
+//     command after another on one connection.
+//   - Replies: the core decides what a reply means. An error reply is never
+//     agreement, whatever the driver made of it.
+//   - Retries, undo and early return: the core's alone.
+//
+// Optional capabilities are found by type assertion, as database/sql finds
+// driver.Pinger: a Pool that also implements Namer names its master in
+// errors; Validator is checked when a Client is made; Subscriber lets a
+// release wake waiting callers; DeadlineHonorer lets a one-node Client run a
+// round on the caller's goroutine; Multiplexer gets fewer, larger batches.
+//
+// Adapters exist for redigo (redlock.NewPool, in the root module) and, each
+// in a module of its own, for go-redis (github.com/quorumlock/redlock/goredis),
+// rueidis (.../rueidis) and valkey-go (.../valkeygo). The conformance kit in
+// github.com/quorumlock/redlock/redlocktest checks a new one.
+package driver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// A Pool is the port to one independent Redis master. Implementations must
+// be safe for concurrent use.
+//
+// See the package documentation for the adapters that exist.
+type Pool interface {
+	// Exec sends cmds to the master, in order, and sets replies[i] to the
+	// reply to cmds[i]; len(replies) == len(cmds) >= 1. It sends them as one
+	// pipeline where it can; the core never asks for a transaction.
+	//
+	// A reply is stored as the server sent it: Reply.Value holds a status or
+	// bulk string (string or []byte), an integer (int64), an array ([]any)
+	// or nil for a null reply, and Reply.Err holds an error reply as a
+	// ReplyError. An error that ends the whole batch (no connection, a
+	// broken one, a timeout) is returned instead, and then replies are
+	// ignored.
+	//
+	// ctx always has a deadline. Exec should return by then; the core does
+	// not wait for it past that.
+	Exec(ctx context.Context, cmds []Command, replies []Reply) error
+}
+
+// A Command is one Redis command: Name, such as "SET" or "EVALSHA", and Args,
+// each a string, a []byte or an int64. Args[FirstKey:FirstKey+NumKeys] are
+// the keys it touches, contiguous, for drivers that route commands by key
+// (Redis Cluster); NumKeys is 0 for a command without keys.
+type Command struct {
+	Name              string
+	Args              []any
+	FirstKey, NumKeys int
+}
+
+// Keys returns the command's key arguments.
+func (c Command) Keys() []any { return c.Args[c.FirstKey : c.FirstKey+c.NumKeys] }
+
+// String returns the command as text, for logs and errors.
+func (c Command) String() string {
+	var b strings.Builder
+	b.WriteString(c.Name)
+	for _, a := range c.Args {
+		b.WriteByte(' ')
+		switch a := a.(type) {
+		case []byte:
+			b.Write(a)
+		default:
+			fmt.Fprint(&b, a)
+		}
+	}
+	return b.String()
+}
+
+// A Reply is the server's answer to one Command; see Pool.Exec.
+type Reply struct {
+	Value any
+	Err   error
+}
+
+// A ReplyError is an error reply from Redis, as the server sent it without
+// the leading '-': "NOPERM this user has no permissions...". Adapters store
+// the driver's error replies as ReplyErrors so that the core can tell them
+// from broken connections.
+type ReplyError string
+
+func (e ReplyError) Error() string { return string(e) }
+
+// Code returns the error's first word, such as "NOSCRIPT", "READONLY" or
+// "MOVED".
+func (e ReplyError) Code() string {
+	code, _, _ := strings.Cut(string(e), " ")
+	return code
+}
+
+// A Namer is a Pool that can name its master for errors and reports: its
+// address, "host:port", or for a Cluster member its seed addresses, joined by
+// commas. NewPool's pools and every adapter are Namers.
+type Namer interface {
+	Name() string
+}
+
+// A Validator is a Pool that can tell that it cannot work: an adapter given
+// a nil client, or a client of a kind that cannot be one quorum member. New
+// calls Valid on every Pool that has it and refuses the pools whose Valid
+// returns an error (wrapped in redlock.ErrInvalid), so that a mistake is reported at
+// construction rather than by every lock.
+type Validator interface {
+	Valid() error
+}
+
+// A Subscriber is a Pool that can also receive Redis pub/sub messages.
+//
+// Subscribe subscribes to channel on a connection of its own, calls ready
+// once the server has confirmed the subscription, then calls deliver with the
+// payload of each message, in order, until ctx ends or the connection fails.
+// It returns then, with the cause; after ctx ends it may return ctx.Err() or
+// nil. ready and deliver are called from the goroutine that called Subscribe
+// and must not block for long.
+type Subscriber interface {
+	Subscribe(ctx context.Context, channel string, ready func(), deliver func(payload string)) error
+}
+
+// A DeadlineHonorer is a Pool that can promise to keep its context's
+// deadline. HonorsDeadline reports true only if every Exec returns by ctx's
+// deadline, give or take scheduling, whatever the master, the network or
+// the driver's own pool do: no step of it (waiting for a connection,
+// dialling, writing, reading) may wait past that deadline. It may depend on
+// how the driver was configured; the core asks once, in New.
+//
+// The core trusts the promise: a Client of one node whose Pool honours
+// deadlines runs each operation on the caller's goroutine instead of
+// starting one and waiting for it with a timer of its own, which
+// halved an uncontended Lock+Unlock's time on go-redis (docs/benchmarks.md).
+// A Pool that breaks the promise then holds the caller for as long as it
+// runs; one that does not implement DeadlineHonorer, or reports false, stays
+// bounded by the core's node timeout. A cancelled ctx is seen once Exec
+// returns, by the deadline.
+type DeadlineHonorer interface {
+	HonorsDeadline() bool
+}
+
+// A Multiplexer is a Pool whose driver pipelines concurrent Exec calls onto
+// shared connections by itself, as rueidis's and valkey-go's auto-pipelining
+// do. Multiplexes reports whether it does, for this Pool's client.
+//
+// The core then spreads a node's commands over fewer pipe lanes, so that concurrent
+// callers' commands reach Exec in fewer, larger batches. Separate lanes pay off when
+// each batch needs a connection and a round trip of its own, as with redigo;
+// through a driver that already merges every caller's commands into shared
+// writes, each batch costs a hand-off through the driver's queue and a
+// wake-up, and fewer batches are cheaper (docs/benchmarks.md).
+type Multiplexer interface {
+	Multiplexes() bool
+}
