@@ -634,3 +634,45 @@ func TestRealUnlockDuringReseedLeavesNoKey(t *testing.T) {
 		}
 	}
 }
+
+// On one node whose Pool keeps its deadlines, rounds run on the caller's
+// goroutine (inline.go), and a caller queued behind another's batch must
+// still return by its own deadline: not the batch ahead's, nor the later
+// deadline of a batch that takes it. Extends of one lock, on a node frozen
+// with SIGSTOP.
+func TestRealInlineQueuedCallerKeepsItsOwnDeadline(t *testing.T) {
+	server := redistest.Start(t)
+	if err := server.WaitReady(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 300 * time.Millisecond
+	c := realClient(t, []string{server.Addr}, redlock.WithNodeTimeout(timeout))
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "inline:queued", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Thaw() })
+	extend := func(ctx context.Context) { _ = l.Extend(ctx, time.Minute) }
+	go extend(ctx) // sent alone: the lane is busy until its deadline
+	time.Sleep(20 * time.Millisecond)
+	short := make(chan time.Duration, 1)
+	go func() { // queued behind it, with a 20ms ctx
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		short <- realTimed(func() { extend(sctx) })
+	}()
+	own := make(chan time.Duration, 1)
+	go func() { own <- realTimed(func() { extend(ctx) }) }() // queued, no ctx deadline
+	time.Sleep(260 * time.Millisecond)
+	go extend(ctx) // queued last: its batch's deadline is the latest
+	if d := <-short; d > 20*time.Millisecond+100*time.Millisecond {
+		t.Errorf("a caller with a 20ms ctx returned after %v", d)
+	}
+	if d := <-own; d > timeout+150*time.Millisecond {
+		t.Errorf("a caller without a ctx deadline returned after %v, want its node timeout (%v)", d, timeout)
+	}
+}

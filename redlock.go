@@ -264,6 +264,9 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 	if c.retry == nil {
 		c.retry = jitterRetry{c.retryMin, c.retryMax}
 	}
+	if len(c.nodes) == 1 && c.nodes[0].inline {
+		c.nodes[0].sole = true // inline.go: queued commands keep their own deadline
+	}
 	c.channel = ""
 	if !c.wakeOff {
 		channel := c.keyPrefix + ReleaseChannel
