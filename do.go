@@ -58,6 +58,10 @@ const extendEvery = 3
 //     with the loss cause, so errors.Is(err, ErrLockLost) holds even for an
 //     fn that ignored its context and returned nil.
 //
+// If the Client is closed while fn runs, Do stops extending, cancels fn's
+// context with a cause wrapping ErrClosed and ErrLockLost, and releases the
+// lock at once; Do's error then wraps both.
+//
 // If fn panics, Do stops extending, releases the lock and re-panics.
 // Do starts no goroutine that outlives it, beyond the node calls that Lock
 // and Unlock leave in the background for slow nodes, each ending within a

@@ -186,7 +186,12 @@ func (e *Election) Name() string {
 // ErrNoLeader, never an earlier leader.
 //
 // The leadership is extended every ttl/3 in the background, independently of
-// ctx, until Resign or until it is lost; then Done is closed.
+// ctx, until Resign, until it is lost, or until the Client is closed; then
+// Done is closed. Close resigns it at once: Err then wraps ErrClosed and
+// ErrLockLost. A Campaign that waits wakes at once when the leader resigns
+// (the engine's wake-up), and returns ErrClosed when the Client is closed;
+// one whose attempt wins after Close began releases it and returns
+// ErrClosed.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if err := e.open(ctx); err != nil {
 		return nil, err

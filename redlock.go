@@ -303,7 +303,11 @@ func isNil(v any) bool {
 // out (WithTries), the strategy gives up, or ctx ends. While it waits, a
 // release of key on enough nodes wakes it for an extra attempt at once
 // (WithWakeUp, on by default with pools that are Subscribers; wake.go);
-// such attempts do not count as tries. It does not retry
+// such attempts do not count as tries, and within one pause each starts at
+// least rtt×2^k after the one before (k woken attempts so far in the
+// pause), so that announcements that are not real releases add at most
+// 1+log2(pause/rtt) attempts per pause. Close ends the wait at once with an
+// error wrapping ErrClosed. It does not retry
 // failures that are not contention, which would only repeat: a token
 // function that fails, or so many nodes refusing the command itself
 // (NOPERM, NOAUTH, WRONGPASS, READONLY, OOM, WRONGTYPE, CROSSSLOT) that no

@@ -128,7 +128,9 @@ func (s *Semaphore) FaultTolerance() int {
 
 // Acquire takes one permit for ttl. It retries after a pause as Client.Lock
 // does (WithTries, WithRetryDelay, WithRetryStrategy) until it holds a
-// permit, the tries run out, the strategy gives up, or ctx ends.
+// permit, the tries run out, the strategy gives up, ctx ends, or the Client
+// is closed (ErrClosed). While it waits, a release of a permit wakes it for
+// an extra attempt at once, as for Lock (the engine: engine.go).
 //
 // On success the permit is valid until Permit.Until. On failure it returns
 // an error wrapping ErrNotObtained with the per-node causes, plus ctx.Err()
@@ -219,7 +221,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 		valid: func() bool { return c.clock.Now().Before(until) },
 		// A Release that overtakes an admission in flight undoes it.
 		overtaken: &p.state,
-		// Node events for an Observer; the semaphore reports no call events.
+		// Node events for an Observer; the engine reports the call's.
 		kind: observe.OpAcquire, key: s.key, id: id, masks: &args.masks,
 	})
 	if !won {
@@ -363,8 +365,9 @@ var semHoldOps = holdOps{
 // so while both the old validity window and the new one were open; the new
 // one runs to start+ttl−drift, start being when Extend began. The paths are
 // those of Lock.Extend, with the semaphore's quorum in place of the
-// majority: ErrExpired if the validity had passed or the permit was
-// released, an error wrapping ErrNotObtained if no quorum extended in time
+// majority: ErrExpired if the validity had passed, ErrReleased if the
+// permit was released, ErrClosed on a closed Client, an error wrapping
+// ErrNotObtained if no quorum extended in time
 // (Until then becomes the earlier of the old and the new deadline), and
 // ErrLockLost with it when so many nodes no longer hold the token that
 // fewer than a quorum can. Extend takes at most one node timeout.
@@ -392,11 +395,15 @@ func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
 //     gone (expired early, evicted, lost in a restart) that fewer than a
 //     quorum can have held it: an error wrapping ErrLockLost, because the
 //     permit may not have been one of at most K.
-//   - Too few nodes answered: an error with the per-node causes; the token
-//     expires on the silent nodes at its ttl, and Release may be called again.
+//   - Too few nodes answered: an error saying so, with the per-node causes
+//     and ctx.Err() if ctx had ended; the token expires on the silent nodes
+//     at its ttl, and Release may be called again.
 //   - The validity had already passed: the removal is still sent, but
 //     Release returns ErrExpired.
+//   - An earlier Release was confirmed: ErrReleased; the removal is sent
+//     again all the same.
 //
+// The removal is always sent, whatever ctx says, on a closed Client too.
 // Release takes at most one node timeout.
 func (p *Permit) Release(ctx context.Context) error {
 	if p == nil || p.sem == nil {
