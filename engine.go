@@ -147,6 +147,9 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			label--
 		}
 		if c.closed.Load() {
+			if last == nil {
+				return giveUp(label, ErrClosed)
+			}
 			return giveUp(label, withCause(last, ErrClosed))
 		}
 		info := attemptInfo{id: id, woken: woken}
