@@ -18,19 +18,20 @@ import (
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/benchkit"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 const benchTTL = 10 * time.Second
 
 // benchNodes starts n redis-server processes and returns one NewPool each.
-func benchNodes(b *testing.B, n int) []*redlock.RedigoPool {
+func benchNodes(b *testing.B, n int) []*redigo.Pool {
 	b.Helper()
 	if ok, why := redistest.Available(); !ok {
 		b.Skip("no Redis nodes to benchmark against: " + why)
 	}
-	pools := make([]*redlock.RedigoPool, n)
+	pools := make([]*redigo.Pool, n)
 	for i, s := range redistest.StartN(b, n) {
-		pools[i] = redlock.NewPool(s.Addr)
+		pools[i] = redigo.NewPool(s.Addr)
 	}
 	b.Cleanup(func() {
 		for _, p := range pools {
@@ -40,7 +41,7 @@ func benchNodes(b *testing.B, n int) []*redlock.RedigoPool {
 	return pools
 }
 
-func benchClient(b *testing.B, pools []*redlock.RedigoPool, opts ...redlock.Option) *redlock.Client {
+func benchClient(b *testing.B, pools []*redigo.Pool, opts ...redlock.Option) *redlock.Client {
 	ps := make([]redlock.Pool, len(pools))
 	for i, p := range pools {
 		ps[i] = p
@@ -66,7 +67,7 @@ const benchFloorScript = `if redis.call("GET", KEYS[1]) == ARGV[1] then return r
 
 // benchFloor sends SET NX PX to every node in parallel and waits for all,
 // then the compare-and-delete script likewise.
-func benchFloor(b *testing.B, pools []*redlock.RedigoPool) benchkit.Op {
+func benchFloor(b *testing.B, pools []*redigo.Pool) benchkit.Op {
 	hash := ""
 	for _, p := range pools {
 		c := p.Get()
@@ -177,9 +178,9 @@ func BenchmarkContention(b *testing.B) {
 // shows it.
 func BenchmarkFrozenNode(b *testing.B) {
 	pools := benchNodes(b, 4)
-	frozen := redlock.NewPool(redistest.StartFrozen(b).Addr())
+	frozen := redigo.NewPool(redistest.StartFrozen(b).Addr())
 	b.Cleanup(func() { frozen.Close() })
-	all := append([]*redlock.RedigoPool{frozen}, pools...)
+	all := append([]*redigo.Pool{frozen}, pools...)
 	b.Run("N=5/impl=redlock", func(b *testing.B) {
 		benchkit.Serial(b, benchRedlock(benchClient(b, all)))
 	})

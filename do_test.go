@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // doNodes starts n in-process Redis nodes whose keys expire in real time.
@@ -20,7 +21,7 @@ import (
 type doNodes struct {
 	t     testing.TB
 	nodes []*miniredis.Miniredis
-	pools []*redlock.RedigoPool
+	pools []*redigo.Pool
 }
 
 func doStart(t testing.TB, n int) *doNodes {
@@ -33,7 +34,7 @@ func doStart(t testing.TB, n int) *doNodes {
 			t.Fatalf("starting miniredis: %v", err)
 		}
 		d.nodes = append(d.nodes, m)
-		d.pools = append(d.pools, redlock.NewPool(m.Addr()))
+		d.pools = append(d.pools, redigo.NewPool(m.Addr()))
 	}
 	t.Cleanup(func() {
 		for i := range d.nodes {
@@ -488,7 +489,7 @@ func ExampleClient_Do() {
 			panic(err)
 		}
 		defer m.Close()
-		p := redlock.NewPool(m.Addr())
+		p := redigo.NewPool(m.Addr())
 		defer p.Close()
 		pools = append(pools, p)
 	}

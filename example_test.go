@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // exampleNodes starts n in-process Redis nodes and returns pools for them and
@@ -25,7 +26,7 @@ func exampleNodes(n int) ([]redlock.Pool, func()) {
 		if err != nil {
 			log.Fatal(err)
 		}
-		p := redlock.NewPool(m.Addr())
+		p := redigo.NewPool(m.Addr())
 		pools = append(pools, p)
 		stops = append(stops, func() { p.Close(); m.Close() })
 	}

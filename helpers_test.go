@@ -14,6 +14,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // TestMain fails the run if any test leaves a goroutine behind. Node calls
@@ -112,7 +113,7 @@ func newCluster(t testing.TB, n int) *cluster {
 	t.Cleanup(func() { close(thaw) })
 	for range n {
 		m := miniredis.RunT(t)
-		pool := redlock.NewPool(m.Addr())
+		pool := redigo.NewPool(m.Addr())
 		t.Cleanup(func() { pool.Close() })
 		c.nodes = append(c.nodes, m)
 		c.pools = append(c.pools, &faultPool{inner: pool, thaw: thaw})

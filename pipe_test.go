@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // countingPool counts the batches sent through a Pool.
@@ -32,7 +33,7 @@ func cmd(name string, args ...any) driver.Command { return driver.Command{Name: 
 // connections.
 func TestPipeRepliesReachTheirCallers(t *testing.T) {
 	s := redistest.Start(t)
-	rp := NewPool(s.Addr)
+	rp := redigo.NewPool(s.Addr)
 	defer rp.Close()
 	pool := &countingPool{Pool: rp}
 	n := newNode(0, pool)
@@ -68,7 +69,7 @@ func TestPipeRepliesReachTheirCallers(t *testing.T) {
 // An error reply goes to its own caller only.
 func TestPipeErrorReplyStaysWithItsCall(t *testing.T) {
 	s := redistest.Start(t)
-	rp := NewPool(s.Addr)
+	rp := redigo.NewPool(s.Addr)
 	defer rp.Close()
 	n := newNode(0, rp)
 
@@ -96,7 +97,7 @@ func TestPipeErrorReplyStaysWithItsCall(t *testing.T) {
 // A node that never answers fails every queued command at its deadline, and
 // no caller hangs.
 func TestPipeFrozenNodeFailsEveryCallInTime(t *testing.T) {
-	rp := NewPool(redistest.StartFrozen(t).Addr())
+	rp := redigo.NewPool(redistest.StartFrozen(t).Addr())
 	defer rp.Close()
 	n := newNode(3, rp)
 
@@ -154,7 +155,7 @@ func TestRoundBoundedWhenPoolIgnoresContext(t *testing.T) {
 	s1, s2 := redistest.Start(t), redistest.Start(t)
 	hang := hangingPool{release: make(chan struct{})}
 	defer close(hang.release)
-	p1, p2 := NewPool(s1.Addr), NewPool(s2.Addr)
+	p1, p2 := redigo.NewPool(s1.Addr), redigo.NewPool(s2.Addr)
 	defer p1.Close()
 	defer p2.Close()
 	const timeout = 100 * time.Millisecond

@@ -7,15 +7,16 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/redigo"
 )
 
-// realPools returns one production pool (redlock.NewPool) per address,
+// realPools returns one production pool (redigo.NewPool) per address,
 // closed when the test ends.
 func realPools(t testing.TB, addrs []string, dialOpts ...redis.DialOption) []redlock.Pool {
 	t.Helper()
 	pools := make([]redlock.Pool, len(addrs))
 	for i, addr := range addrs {
-		p := redlock.NewPool(addr, dialOpts...)
+		p := redigo.NewPool(addr, dialOpts...)
 		t.Cleanup(func() { _ = p.Close() })
 		pools[i] = p
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 const otherToken = "someone-else"
@@ -188,7 +189,7 @@ func TestLateMajorityCountedOnce(t *testing.T) {
 // returns within the node timeout plus slack, on the majority's answers.
 func TestFrozenNode(t *testing.T) {
 	c := newCluster(t, 4)
-	frozen := redlock.NewPool(redistest.StartFrozen(t).Addr())
+	frozen := redigo.NewPool(redistest.StartFrozen(t).Addr())
 	t.Cleanup(func() { frozen.Close() })
 	pools := []redlock.Pool{c.pools[0], c.pools[1], frozen, c.pools[2], c.pools[3]}
 	const timeout = 200 * time.Millisecond
@@ -662,7 +663,7 @@ func TestTokens(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	c := newCluster(t, 3)
 	pools := []redlock.Pool{c.pools[0], c.pools[1], c.pools[2]}
-	var nilPool *redlock.RedigoPool
+	var nilPool *redigo.Pool
 
 	newCases := map[string]struct {
 		pools []redlock.Pool
@@ -685,7 +686,7 @@ func TestBadInput(t *testing.T) {
 		"nil option":           {pools, []redlock.Option{nil}},
 		"same pool twice":      {[]redlock.Pool{c.pools[0], c.pools[1], c.pools[0]}, nil},
 		"same address twice": {[]redlock.Pool{
-			redlock.NewPool(c.nodes[0].Addr()), redlock.NewPool(c.nodes[1].Addr()), redlock.NewPool(c.nodes[0].Addr()),
+			redigo.NewPool(c.nodes[0].Addr()), redigo.NewPool(c.nodes[1].Addr()), redigo.NewPool(c.nodes[0].Addr()),
 		}, nil},
 		"overflowing retry range": {pools, []redlock.Option{redlock.WithRetryDelay(0, math.MaxInt64)}},
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // soakDurationEnv sets the soak's length; without it TestSoak is skipped.
@@ -276,7 +277,7 @@ func soakMeasure(clients []*redlock.Client, pools []redlock.Pool, limit *soakSam
 		calls += redlock.PooledCalls(cl)
 	}
 	for _, p := range pools {
-		if rp, ok := p.(*redlock.RedigoPool); ok {
+		if rp, ok := p.(*redigo.Pool); ok {
 			conns += rp.Stats().ActiveCount // idle ones too
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/observe"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // The hand-over case of docs/benchmarks.md ("Contention: hand-over"): W
@@ -99,7 +100,7 @@ func BenchmarkHandover(b *testing.B) {
 				case "redlock":
 					ps := make([]redlock.Pool, len(pools))
 					for j, p := range pools {
-						ps[j] = &redlock.RedigoPool{Pool: p, Addr: addrs[j]}
+						ps[j] = &redigo.Pool{Pool: p, Addr: addrs[j]}
 					}
 					c, err := redlock.New(ps, redlock.WithObserver(&splits))
 					if err != nil {

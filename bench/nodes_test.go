@@ -11,8 +11,8 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/gomodule/redigo/redis"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redigo"
 	"github.com/rs/zerolog"
 )
 
@@ -39,7 +39,7 @@ func startNodes(b testing.TB, n int) []string {
 func newPools(b testing.TB, addrs []string) []*redis.Pool {
 	pools := make([]*redis.Pool, len(addrs))
 	for i, a := range addrs {
-		rp := redlock.NewPool(a)
+		rp := redigo.NewPool(a)
 		pools[i] = rp.Pool
 		madeByNewPool.Store(rp.Pool, rp)
 	}
@@ -87,15 +87,15 @@ func checkSlow(b testing.TB, addr string, min time.Duration) {
 	}
 }
 
-// madeByNewPool maps each *redis.Pool of newPools to the *redlock.RedigoPool
-// that NewPool made around it, so that redlock uses that one: a RedigoPool
+// madeByNewPool maps each *redis.Pool of newPools to the *redigo.Pool
+// that NewPool made around it, so that redlock uses that one: a redigo.Pool
 // around a bare *redis.Pool does not declare driver.DeadlineHonorer.
 var madeByNewPool sync.Map
 
-// redlockPool returns the RedigoPool NewPool made around p.
-func redlockPool(p *redis.Pool) *redlock.RedigoPool {
+// redlockPool returns the redigo.Pool NewPool made around p.
+func redlockPool(p *redis.Pool) *redigo.Pool {
 	if rp, ok := madeByNewPool.Load(p); ok {
-		return rp.(*redlock.RedigoPool)
+		return rp.(*redigo.Pool)
 	}
-	return &redlock.RedigoPool{Pool: p}
+	return &redigo.Pool{Pool: p}
 }

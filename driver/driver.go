@@ -26,7 +26,7 @@
 // release wake waiting callers; DeadlineHonorer lets a one-node Client run a
 // round on the caller's goroutine; Multiplexer gets fewer, larger batches.
 //
-// Adapters exist for redigo (redlock.NewPool, in the root module) and, each
+// Adapters exist for redigo (package redigo, in the root module) and, each
 // in a module of its own, for go-redis (github.com/quorumlock/redlock/goredis),
 // rueidis (.../rueidis) and valkey-go (.../valkeygo). The conformance kit in
 // github.com/quorumlock/redlock/redlocktest checks a new one.

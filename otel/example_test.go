@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	redlockotel "github.com/quorumlock/redlock/otel"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // Wire the Observer into a Client. With no options it uses the global
@@ -24,9 +25,9 @@ func ExampleNewObserver() {
 		log.Fatal(err)
 	}
 	pools := []redlock.Pool{
-		redlock.NewPool("redis-a:6379"),
-		redlock.NewPool("redis-b:6379"),
-		redlock.NewPool("redis-c:6379"),
+		redigo.NewPool("redis-a:6379"),
+		redigo.NewPool("redis-b:6379"),
+		redigo.NewPool("redis-c:6379"),
 	}
 	locker, err := redlock.New(pools, redlock.WithObserver(obs))
 	if err != nil {
@@ -52,7 +53,7 @@ func Example() {
 			log.Fatal(err)
 		}
 		defer m.Close()
-		p := redlock.NewPool(m.Addr())
+		p := redigo.NewPool(m.Addr())
 		defer p.Close()
 		pools = append(pools, p)
 	}

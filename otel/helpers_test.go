@@ -19,6 +19,7 @@ import (
 	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/observe"
 	redlockotel "github.com/quorumlock/redlock/otel"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // TestMain fails the run if a test leaves a goroutine behind. The Observer
@@ -211,7 +212,7 @@ func attrInt(attrs []attribute.KeyValue, key string) int64 {
 // test: a wait before each batch, or a reply lost after the batch ran (the
 // command took effect on the node, the client saw a broken connection).
 type faultPool struct {
-	*redlock.RedigoPool
+	*redigo.Pool
 	wait      atomic.Pointer[gate] // if set, each batch waits for it to open
 	dropReply atomic.Bool
 }
@@ -226,7 +227,7 @@ func (p *faultPool) Exec(ctx context.Context, cmds []driver.Command, replies []d
 			return ctx.Err()
 		}
 	}
-	err := p.RedigoPool.Exec(ctx, cmds, replies)
+	err := p.Pool.Exec(ctx, cmds, replies)
 	if err == nil && p.dropReply.Load() {
 		return errReplyLost
 	}
@@ -296,7 +297,7 @@ func startCluster(t testing.TB, n int) *cluster {
 }
 
 func poolFor(t testing.TB, addr string) *faultPool {
-	p := &faultPool{RedigoPool: redlock.NewPool(addr)}
+	p := &faultPool{Pool: redigo.NewPool(addr)}
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }

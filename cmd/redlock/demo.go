@@ -17,6 +17,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 const demoUsage = `usage: redlock demo [flags]
@@ -465,11 +466,11 @@ func startCluster(n int) (*cluster, error) {
 }
 
 // client returns a Client of its own for w, as a separate process would have.
-func (cl *cluster) client(w *worker) (*redlock.Client, []*redlock.RedigoPool, error) {
-	var pools []*redlock.RedigoPool
+func (cl *cluster) client(w *worker) (*redlock.Client, []*redigo.Pool, error) {
+	var pools []*redigo.Pool
 	var ports []redlock.Pool
 	for _, addr := range cl.addrs {
-		p := redlock.NewPool(addr)
+		p := redigo.NewPool(addr)
 		pools = append(pools, p)
 		ports = append(ports, freezable{p, w})
 	}
@@ -483,7 +484,7 @@ func (cl *cluster) client(w *worker) (*redlock.Client, []*redlock.RedigoPool, er
 	return c, pools, nil
 }
 
-func closePools(pools []*redlock.RedigoPool) {
+func closePools(pools []*redigo.Pool) {
 	for _, p := range pools {
 		p.Close()
 	}
@@ -492,7 +493,7 @@ func closePools(pools []*redlock.RedigoPool) {
 // freezable fails every call while its worker is frozen: a paused process
 // cannot extend its lock either.
 type freezable struct {
-	*redlock.RedigoPool
+	*redigo.Pool
 	w *worker
 }
 
@@ -502,7 +503,7 @@ func (f freezable) Exec(ctx context.Context, cmds []driver.Command, replies []dr
 	if f.w.frozen.Load() {
 		return errFrozen
 	}
-	return f.RedigoPool.Exec(ctx, cmds, replies)
+	return f.Pool.Exec(ctx, cmds, replies)
 }
 
 func (cl *cluster) kill(i int) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // Environment variables read by run, doctor and status.
@@ -58,7 +59,7 @@ func (f *connFlags) nodeList(getenv func(string) string) ([]string, error) {
 
 // A conn is how to reach the nodes, once the flags are checked.
 type conn struct {
-	dialOpts []redis.DialOption // TLS, user and password, for redlock.NewPool
+	dialOpts []redis.DialOption // TLS, user and password, for redigo.NewPool
 	tls      bool               // the connections use TLS
 	tlsOpts  []redis.DialOption // the TLS options alone, for a dial without credentials
 	password bool               // $REDLOCK_PASSWORD was set
@@ -158,11 +159,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // pools opens one redigo pool per node, with connects and TLS handshakes
 // bounded by timeout as well as by each call's deadline. Close them when
 // done.
-func (c *conn) pools(nodes []string, timeout time.Duration) []*redlock.RedigoPool {
+func (c *conn) pools(nodes []string, timeout time.Duration) []*redigo.Pool {
 	opts := append([]redis.DialOption{redis.DialConnectTimeout(timeout), redis.DialTLSHandshakeTimeout(timeout)}, c.dialOpts...)
-	pools := make([]*redlock.RedigoPool, len(nodes))
+	pools := make([]*redigo.Pool, len(nodes))
 	for i, addr := range nodes {
-		pools[i] = redlock.NewPool(addr, opts...)
+		pools[i] = redigo.NewPool(addr, opts...)
 	}
 	return pools
 }

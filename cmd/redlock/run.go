@@ -19,6 +19,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // Exit codes of redlock run, besides CMD's own, which passes through.
@@ -133,7 +134,7 @@ func runLocked(cfg *runConfig, stderr io.Writer) int {
 
 	pools := make([]redlock.Pool, len(cfg.nodes))
 	for i, addr := range cfg.nodes {
-		p := redlock.NewPool(addr, cfg.dialOpts...)
+		p := redigo.NewPool(addr, cfg.dialOpts...)
 		defer p.Close()
 		pools[i] = p
 	}

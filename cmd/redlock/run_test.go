@@ -19,6 +19,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // nodesFlag joins the servers' addresses for --nodes.
@@ -153,7 +154,7 @@ func TestRunWhileHeldElsewhere(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	pools := make([]redlock.Pool, len(servers))
 	for i, s := range servers {
-		p := redlock.NewPool(s.Addr)
+		p := redigo.NewPool(s.Addr)
 		defer p.Close()
 		pools[i] = p
 	}

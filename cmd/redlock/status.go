@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 const statusUsage = `usage: redlock status --key K [flags]
@@ -124,7 +125,7 @@ func readStatus(cfg *statusConfig) []keyStatus {
 	return out
 }
 
-func readKey(p *redlock.RedigoPool, cfg *statusConfig) keyStatus {
+func readKey(p *redigo.Pool, cfg *statusConfig) keyStatus {
 	s := keyStatus{addr: p.Addr}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.nodeTimeout)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // lockClient is a library client of servers, closed when t ends. Its node
@@ -20,7 +21,7 @@ func lockClient(t *testing.T, servers []*redistest.Server, opts ...redlock.Optio
 	t.Helper()
 	pools := make([]redlock.Pool, len(servers))
 	for i, s := range servers {
-		p := redlock.NewPool(s.Addr)
+		p := redigo.NewPool(s.Addr)
 		t.Cleanup(func() { p.Close() })
 		pools[i] = p
 	}

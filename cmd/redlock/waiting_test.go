@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 func TestDescribeHolder(t *testing.T) {
@@ -55,7 +56,7 @@ func TestWaitLineReadsTheNodes(t *testing.T) {
 			m.Set(key, token)
 			m.SetTTL(key, time.Duration(4+i)*time.Second)
 		}
-		p := redlock.NewPool(m.Addr())
+		p := redigo.NewPool(m.Addr())
 		t.Cleanup(func() { p.Close() })
 		pools = append(pools, p)
 	}
@@ -106,7 +107,7 @@ func TestWaitLineBoundedByNodeTimeout(t *testing.T) {
 	m := miniredis.RunT(t)
 	var pools []redlock.Pool
 	for _, addr := range []string{ln.Addr().String(), m.Addr(), m.Addr()} {
-		p := redlock.NewPool(addr)
+		p := redigo.NewPool(addr)
 		t.Cleanup(func() { p.Close() })
 		pools = append(pools, p)
 	}

@@ -1,4 +1,8 @@
-package redlock
+// Package redigo is redlock's adapter for redigo
+// (github.com/gomodule/redigo), the root module's own Redis client: NewPool
+// makes the Pool of one Redis master, and a *redis.Pool that a program
+// already has plugs in as a Pool.
+package redigo
 
 import (
 	"context"
@@ -9,13 +13,13 @@ import (
 	"github.com/quorumlock/redlock/driver"
 )
 
-// RedigoPool is the Pool for redigo, the root module's Redis client. It
+// A Pool is one Redis master's redlock.Pool, on redigo. It
 // embeds the *redis.Pool it borrows connections from, so Get, Close and
 // Stats work on it as on the pool itself, and names its master by Addr.
 //
 // A *redis.Pool that a program already has plugs in as
 //
-//	redlock.RedigoPool{Pool: pool, Addr: "redis-a:6379"}
+//	redigo.Pool{Pool: pool, Addr: "redis-a:6379"}
 //
 // Addr only names the master in errors; the pool's Dial decides where it
 // connects. A batch goes out as one pipeline on one borrowed connection, its
@@ -23,7 +27,7 @@ import (
 // master costs at most the node timeout. The pool's connections must
 // implement redis.ConnWithTimeout, as redigo's own do, and should have a
 // write timeout (redis.DialWriteTimeout; NewPool sets one).
-type RedigoPool struct {
+type Pool struct {
 	*redis.Pool
 	Addr string
 
@@ -33,10 +37,10 @@ type RedigoPool struct {
 }
 
 var (
-	_ Pool                   = (*RedigoPool)(nil)
-	_ driver.Namer           = (*RedigoPool)(nil)
-	_ driver.Subscriber      = (*RedigoPool)(nil)
-	_ driver.DeadlineHonorer = (*RedigoPool)(nil)
+	_ driver.Pool            = (*Pool)(nil)
+	_ driver.Namer           = (*Pool)(nil)
+	_ driver.Subscriber      = (*Pool)(nil)
+	_ driver.DeadlineHonorer = (*Pool)(nil)
 )
 
 // Production defaults for NewPool. They are a backstop for connections that
@@ -58,14 +62,14 @@ const (
 // opts are applied after the defaults and so override them. TLS
 // (redis.DialUseTLS, redis.DialTLSConfig) and ACL users (redis.DialUsername,
 // redis.DialPassword) pass straight through. Close the pool when done.
-func NewPool(addr string, opts ...redis.DialOption) *RedigoPool {
+func NewPool(addr string, opts ...redis.DialOption) *Pool {
 	dialOpts := append([]redis.DialOption{
 		redis.DialConnectTimeout(poolIOTimeout),
 		redis.DialTLSHandshakeTimeout(poolIOTimeout),
 		redis.DialReadTimeout(poolIOTimeout),
 		redis.DialWriteTimeout(poolIOTimeout),
 	}, opts...)
-	return &RedigoPool{Addr: addr, keepsDeadline: true, Pool: &redis.Pool{
+	return &Pool{Addr: addr, keepsDeadline: true, Pool: &redis.Pool{
 		MaxIdle:     poolMaxIdle,
 		IdleTimeout: poolIdleTimeout,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
@@ -103,16 +107,16 @@ func NewPool(addr string, opts ...redis.DialOption) *RedigoPool {
 // timeout (one second), but a write waits only while the kernel's send
 // buffer is full, which a batch of lock commands (a few hundred bytes per
 // caller) fills only with thousands of callers queued on one unreachable
-// master. A RedigoPool built around a program's own *redis.Pool reports
+// master. A Pool built around a program's own *redis.Pool reports
 // false: its Dial may ignore ctx.
-func (p *RedigoPool) HonorsDeadline() bool { return p.keepsDeadline }
+func (p *Pool) HonorsDeadline() bool { return p.keepsDeadline }
 
 // Name returns Addr.
-func (p *RedigoPool) Name() string { return p.Addr }
+func (p *Pool) Name() string { return p.Addr }
 
 // Exec sends cmds on one connection from the pool: a single command by
-// DoWithTimeout, several as one pipeline. See Pool.
-func (p *RedigoPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
+// DoWithTimeout, several as one pipeline. See driver.Pool.
+func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(poolIOTimeout)
@@ -158,7 +162,7 @@ func (p *RedigoPool) Exec(ctx context.Context, cmds []driver.Command, replies []
 	return nil
 }
 
-var errPipeReplies = errors.New("redlock: pipelined reply count does not match")
+var errPipeReplies = errors.New("redlock/redigo: pipelined reply count does not match")
 
 // redigoReply stores one DoWithTimeout result in r. redigo returns an error
 // reply as both a non-nil reply and a redis.Error: that is the command's
@@ -182,7 +186,7 @@ const pubsubPing = 15 * time.Second
 
 // Subscribe implements Subscriber on a connection dialled for it alone, not
 // borrowed from the pool, so that it never returns to the pool subscribed.
-func (p *RedigoPool) Subscribe(ctx context.Context, channel string, ready func(), deliver func(string)) error {
+func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deliver func(string)) error {
 	conn, err := p.dial(ctx)
 	if err != nil {
 		return err
@@ -230,14 +234,14 @@ func (p *RedigoPool) Subscribe(ctx context.Context, channel string, ready func()
 }
 
 // dial makes a connection of its own with the pool's dialer.
-func (p *RedigoPool) dial(ctx context.Context) (redis.Conn, error) {
+func (p *Pool) dial(ctx context.Context) (redis.Conn, error) {
 	switch {
 	case p.Pool.DialContext != nil:
 		return p.Pool.DialContext(ctx)
 	case p.Pool.Dial != nil:
 		return p.Pool.Dial()
 	}
-	return nil, errors.New("redlock: the redigo pool has no Dial function")
+	return nil, errors.New("redlock/redigo: the redigo pool has no Dial function")
 }
 
 // ctxOr returns ctx's error if it has ended, which explains err, and err

@@ -1,12 +1,14 @@
-package redlock_test
+package redigo_test
 
 import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/redigo"
 	"github.com/quorumlock/redlock/redlocktest"
 )
 
@@ -24,21 +26,21 @@ func TestRedigoConformance(t *testing.T) {
 			if s.Password != "" {
 				opts = append(opts, redis.DialPassword(s.Password))
 			}
-			p := redlock.NewPool(s.Addr, opts...)
+			p := redigo.NewPool(s.Addr, opts...)
 			t.Cleanup(func() { p.Close() })
 			return p
 		},
 	})
 }
 
-// A *redis.Pool that a program already has plugs in as a RedigoPool.
+// A *redis.Pool that a program already has plugs in as a Pool.
 func TestRedigoPoolWrapsAnExistingPool(t *testing.T) {
-	m := newCluster(t, 1).nodes[0]
+	m := miniredis.RunT(t)
 	existing := &redis.Pool{Dial: func() (redis.Conn, error) {
 		return redis.Dial("tcp", m.Addr(), redis.DialReadTimeout(time.Second))
 	}}
 	defer existing.Close()
-	c, err := redlock.New([]redlock.Pool{&redlock.RedigoPool{Pool: existing, Addr: m.Addr()}})
+	c, err := redlock.New([]redlock.Pool{&redigo.Pool{Pool: existing, Addr: m.Addr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,13 +56,13 @@ func TestRedigoPoolWrapsAnExistingPool(t *testing.T) {
 // Only NewPool's pools promise to keep their deadlines: a program's own
 // *redis.Pool may dial without looking at ctx.
 func TestRedigoHonorsDeadline(t *testing.T) {
-	p := redlock.NewPool("127.0.0.1:1")
+	p := redigo.NewPool("127.0.0.1:1")
 	defer p.Close()
 	if !p.HonorsDeadline() {
 		t.Error("NewPool's pool does not report HonorsDeadline")
 	}
-	own := &redlock.RedigoPool{Pool: &redis.Pool{}, Addr: "127.0.0.1:1"}
+	own := &redigo.Pool{Pool: &redis.Pool{}, Addr: "127.0.0.1:1"}
 	if own.HonorsDeadline() {
-		t.Error("a RedigoPool around a program's own pool reports HonorsDeadline")
+		t.Error("a Pool around a program's own pool reports HonorsDeadline")
 	}
 }
