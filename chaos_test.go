@@ -23,7 +23,9 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/fence"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // chaosSlack is added to every time bound: the margin for a loaded two-core
@@ -869,13 +871,15 @@ func TestChaosFencingSequential(t *testing.T) {
 
 // A GC pause on real nodes: the holder stalls past its validity, a second
 // client takes the lock and writes; when the first wakes, the guarded
-// resource (FencedSet, on a real Redis) rejects its write.
+// resource (fence.Set, on a real Redis) rejects its write.
 func TestChaosFencingPausedHolder(t *testing.T) {
 	c := chaosStart(t, redistest.ClusterOptions{Durable: func(int) bool { return true }})
 	data := redistest.Start(t) // the protected resource: a plain Redis, not a lock node
 	conn, err := redis.Dial("tcp", data.Addr)
 	chaosMust(t, err)
 	defer conn.Close()
+	dataPool := redigo.NewPool(data.Addr)
+	defer dataPool.Close()
 
 	const ttl = 500 * time.Millisecond
 	stalled := realClient(t, c.Addrs(), redlock.WithFencing(), redlock.WithNodeTimeout(150*time.Millisecond))
@@ -885,7 +889,7 @@ func TestChaosFencingPausedHolder(t *testing.T) {
 
 	old, err := stalled.Lock(ctx, "chaos:gc", ttl)
 	chaosMust(t, err)
-	chaosMust(t, redlock.FencedSet(ctx, conn, "doc", old.Token(), "from the first holder"))
+	chaosMust(t, fence.Set(ctx, dataPool, "doc", old.Token(), "from the first holder"))
 
 	// The stall: the holder does nothing until its keys have expired on
 	// every node and the other client has taken over. Lock retries until
@@ -895,12 +899,12 @@ func TestChaosFencingPausedHolder(t *testing.T) {
 	if !time.Now().After(old.Until()) {
 		t.Fatalf("second holder granted while the first was still valid for %v", time.Until(old.Until()))
 	}
-	chaosMust(t, redlock.FencedSet(ctx, conn, "doc", newer.Token(), "from the second holder"))
+	chaosMust(t, fence.Set(ctx, dataPool, "doc", newer.Token(), "from the second holder"))
 
 	// The first holder wakes and writes as if it still held the lock.
-	err = redlock.FencedSet(ctx, conn, "doc", old.Token(), "stale")
-	if !errors.Is(err, redlock.ErrStaleToken) {
-		t.Fatalf("stale write after the pause: got %v, want ErrStaleToken", err)
+	err = fence.Set(ctx, dataPool, "doc", old.Token(), "stale")
+	if !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("stale write after the pause: got %v, want fence.ErrStale", err)
 	}
 	got, err := redis.String(conn.Do("GET", "doc"))
 	chaosMust(t, err)

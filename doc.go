@@ -90,7 +90,7 @@
 // sign that exclusion may have been lost. Against such a holder, make the
 // Client WithFencing: each lock then carries a fencing token (Lock.Token) that
 // grows across the whole quorum, and the protected resource rejects writes
-// with a stale token (Guard, FencedSet). See docs/fencing.md.
+// with a stale token (package fence). See docs/fencing.md.
 //
 // Every call is bounded in time: an acquisition attempt takes at most one node
 // timeout (two with fencing), plus one more to release after a failure;

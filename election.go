@@ -357,7 +357,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 // Leading is exclusive only until Until, as for a Lock: a leader that may
 // have been paused must check Until (or Done) before it acts, and should
 // send its Term with every write so that a resource can refuse a deposed
-// leader's (Guard, FencedSet).
+// leader's (package fence).
 type Leadership struct {
 	election *Election
 	lock     *Lock

@@ -580,7 +580,7 @@ func ExampleElection() {
 	fmt.Println("leader:", leader.Value, "term", leader.Term)
 
 	// Work under leadership.Context(), cancelled if the leadership is lost,
-	// and send leadership.Term() with each write (Guard, FencedSet).
+	// and send leadership.Term() with each write (package fence).
 
 	if err := leadership.Resign(ctx); err != nil {
 		log.Fatal(err)

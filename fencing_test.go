@@ -2,12 +2,10 @@ package redlock_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -115,34 +113,4 @@ func TestNoFencingByDefault(t *testing.T) {
 	for _, m := range c.nodes {
 		assert.False(t, m.Exists("redlock:fence:{k}"), "a counter was written without WithFencing")
 	}
-}
-
-func TestGuard(t *testing.T) {
-	var g redlock.Guard
-	var wrote []uint64
-	write := func(tok uint64) error { return g.Do(tok, func() error { wrote = append(wrote, tok); return nil }) }
-	require.NoError(t, write(3))
-	require.NoError(t, write(3), "the same holder may write again")
-	require.NoError(t, write(5))
-	require.ErrorIs(t, write(4), redlock.ErrStaleToken)
-	require.ErrorIs(t, write(0), redlock.ErrInvalid)
-	assert.Equal(t, []uint64{3, 3, 5}, wrote)
-	assert.Equal(t, uint64(5), g.Highest())
-
-	boom := errors.New("disk full")
-	require.ErrorIs(t, g.Do(6, func() error { return boom }), boom)
-}
-
-func TestFencedSet(t *testing.T) {
-	c := newCluster(t, 1)
-	conn, err := redis.Dial("tcp", c.nodes[0].Addr())
-	require.NoError(t, err)
-	defer conn.Close()
-	ctx := context.Background()
-	require.NoError(t, redlock.FencedSet(ctx, conn, "doc", 7, "v7"))
-	require.ErrorIs(t, redlock.FencedSet(ctx, conn, "doc", 6, "v6"), redlock.ErrStaleToken)
-	require.NoError(t, redlock.FencedSet(ctx, conn, "doc", 7, "v7b"))
-	require.ErrorIs(t, redlock.FencedSet(ctx, conn, "doc", 0, "v0"), redlock.ErrInvalid)
-	got, _ := c.nodes[0].Get("doc")
-	assert.Equal(t, "v7b", got)
 }

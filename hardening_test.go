@@ -100,18 +100,6 @@ func TestRetryDelayRangeThatOverflows(t *testing.T) {
 	require.NoError(t, err, "a range of MaxInt64 values fits")
 }
 
-// A Guard keeps a token whose write failed: the holders of lower tokens are
-// stale whether or not the write took effect.
-func TestGuardKeepsTokenOfFailedWrite(t *testing.T) {
-	var g redlock.Guard
-	boom := errors.New("disk full")
-	require.ErrorIs(t, g.Do(6, func() error { return boom }), boom)
-	assert.Equal(t, uint64(6), g.Highest())
-	ran := false
-	require.ErrorIs(t, g.Do(5, func() error { ran = true; return nil }), redlock.ErrStaleToken)
-	assert.False(t, ran, "a stale write ran")
-}
-
 // scriptedClock returns the times queued in it, one per reading, and then
 // the last one again.
 type scriptedClock struct {

@@ -2,6 +2,7 @@ package goredis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/fence"
 	"github.com/quorumlock/redlock/goredis"
 )
 
@@ -77,4 +79,57 @@ func ExampleNewPool_cluster() {
 	pool := goredis.NewPool(client)
 	fmt.Println(pool.Name())
 	// Output: 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000
+}
+
+// Fencing with go-redis on both sides: the lock's token guards writes to
+// data kept in another Redis, which refuses a writer whose lock has passed
+// to a newer holder (package fence).
+func Example_fencing() {
+	var pools []redlock.Pool
+	for range 3 {
+		m, err := miniredis.Run()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer m.Close()
+		client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		defer client.Close()
+		pools = append(pools, goredis.NewPool(client))
+	}
+	store, err := miniredis.Run() // where the protected data lives
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	data := redis.NewClient(&redis.Options{Addr: store.Addr()})
+	defer data.Close()
+	resource := goredis.NewPool(data)
+
+	locker, err := redlock.New(pools, redlock.WithFencing())
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	first, err := locker.Lock(ctx, "doc:7", time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Say the first holder stalls past its validity, and a second takes
+	// over (here the first lets go, to keep the example short).
+	if err := first.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	second, err := locker.Lock(ctx, "doc:7", time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("second write:", fence.Set(ctx, resource, "doc:7", second.Token(), "v2"))
+	err = fence.Set(ctx, resource, "doc:7", first.Token(), "v1")
+	fmt.Println("stale write refused:", errors.Is(err, fence.ErrStale))
+	v, _ := data.Get(ctx, "doc:7").Result()
+	fmt.Println("stored:", v)
+	// Output:
+	// second write: <nil>
+	// stale write refused: true
+	// stored: v2
 }

@@ -1,6 +1,6 @@
-package redlock_test
+package fence_test
 
-// Fuzz targets for the resource side of fencing, Guard and FencedSet,
+// Fuzz targets for the resource side of fencing, Guard and Set,
 // against a reference model. Each runs its seeds as an ordinary test; to
 // fuzz one:
 //
@@ -19,6 +19,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/fence"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // A fenceOp is one write attempt at a fenced resource.
@@ -81,7 +83,7 @@ func FuzzGuard(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ops := decodeFenceOps(data, ^uint64(0))
 		var (
-			g     redlock.Guard
+			g     fence.Guard
 			model fenceModel
 			boom  = errors.New("write failed")
 		)
@@ -101,7 +103,7 @@ func FuzzGuard(f *testing.F) {
 			admitted := model.admit(op.token)
 			switch {
 			case op.token == 0 && !errors.Is(err, redlock.ErrInvalid),
-				op.token != 0 && !admitted && !errors.Is(err, redlock.ErrStaleToken),
+				op.token != 0 && !admitted && !errors.Is(err, fence.ErrStale),
 				admitted && op.fail && !op.bare && !errors.Is(err, boom),
 				admitted && (!op.fail || op.bare) && err != nil:
 				t.Fatalf("op %d, token %d (highest %d): Do = %v", i, op.token, model.highest, err)
@@ -117,7 +119,7 @@ func FuzzGuard(f *testing.F) {
 		// Concurrently: the writes that run do so in non-decreasing token
 		// order, one at a time, and the largest token is always admitted.
 		var (
-			cg      redlock.Guard
+			cg      fence.Guard
 			mu      sync.Mutex
 			written []uint64
 			inside  atomic.Int32
@@ -151,13 +153,13 @@ func FuzzGuard(f *testing.F) {
 	})
 }
 
-// FencedSet stores a value and refuses a token exactly as the model does,
+// Set stores a value and refuses a token exactly as the model does,
 // for every token up to 2^53: Redis Lua compares tokens as doubles, which
 // docs/fencing.md states as the limit.
-func FuzzFencedSet(f *testing.F) {
+func FuzzSet(f *testing.F) {
 	addFenceSeeds(f)
 	m := miniredis.RunT(f)
-	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", m.Addr()) }}
+	pool := redigo.NewPool(m.Addr())
 	f.Cleanup(func() { pool.Close() })
 	var run atomic.Int64
 	const maxToken = 1<<53 - 1
@@ -171,13 +173,13 @@ func FuzzFencedSet(f *testing.F) {
 		stored := ""
 		for i, op := range ops {
 			value := "v" + strconv.Itoa(i)
-			err := redlock.FencedSet(ctx, conn, key, op.token, value)
+			err := fence.Set(ctx, pool, key, op.token, value)
 			admitted := model.admit(op.token)
 			switch {
 			case op.token == 0 && !errors.Is(err, redlock.ErrInvalid),
-				op.token != 0 && !admitted && !errors.Is(err, redlock.ErrStaleToken),
+				op.token != 0 && !admitted && !errors.Is(err, fence.ErrStale),
 				admitted && err != nil:
-				t.Fatalf("op %d, token %d (highest %d): FencedSet = %v", i, op.token, model.highest, err)
+				t.Fatalf("op %d, token %d (highest %d): Set = %v", i, op.token, model.highest, err)
 			}
 			if admitted {
 				stored = value
