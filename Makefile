@@ -14,13 +14,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Chaos and integration tests fail, rather than skip, without a Docker engine.
 export REDLOCK_REQUIRE_DOCKER ?= 1
 
-.PHONY: test deps fmt vet bench plots sim soak pictures
+.PHONY: test deps fmt vet generated bench plots sim soak pictures
 
 # Every module: the root, then each folder with a go.mod of its own (the
 # driver adapters, bench/...), found rather than listed.
 MODULES := . $(sort $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*')))
 
-test: deps fmt vet
+test: deps fmt vet generated
 	@set -e; for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		(cd $$m && $(GO) test -race -count=1 -timeout 18m ./...); \
@@ -38,6 +38,11 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools faketime >/dev/null; \
 	fi
 	@redis-server --version
+
+# valkeygo is generated from rueidis (rueidis/gen_valkeygo.go): the two
+# adapters are one source. Fails if the generated copy is out of date.
+generated:
+	cd rueidis && $(GO) run gen_valkeygo.go -check
 
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -29,20 +29,20 @@ import "time"
 // carries a monotonic reading and Time.Sub, Before and After use it, so the
 // default clock is safe; an injected Clock should behave the same way.
 
-// DefaultDriftFactor is the fraction of the ttl reserved for clock drift
+// defaultDriftFactor is the fraction of the ttl reserved for clock drift
 // between this client and the Redis nodes.
-const DefaultDriftFactor = 0.01
+const defaultDriftFactor = 0.01
 
 // driftFloor is the fixed part of the drift allowance: the millisecond
 // resolution of PX plus scheduling delay.
 const driftFloor = 2 * time.Millisecond
 
-// A Clock tells the time. Redlock reads it before sending the first command of
+// A timeSource tells the time. Redlock reads it before sending the first command of
 // an acquisition or extension and again when a majority has answered.
 //
 // The default uses time.Now, whose readings carry the monotonic clock. Tests
 // inject a Clock to check the validity arithmetic without sleeping.
-type Clock interface {
+type timeSource interface {
 	Now() time.Time
 }
 

@@ -148,7 +148,7 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 			if lost != nil {
 				lost(ended.err)
 			}
-			err = errors.Join(err, ended.err)
+			err = joinErrors(err, ended.err)
 		}
 	}()
 	return fn(fnCtx)
@@ -222,7 +222,7 @@ func lostCause(why string, last error) error {
 	if last == nil {
 		return fmt.Errorf("%w: %s", ErrLockLost, why)
 	}
-	return fmt.Errorf("%w: %s: %w", ErrLockLost, why, last)
+	return wrapf("%w: %s: %w", ErrLockLost, why, last)
 }
 
 type heldKey struct{}

@@ -17,11 +17,9 @@
 //  5. extends and releases with compare-and-set scripts sent to every node,
 //     so only the holder of the token can touch the key.
 //
-// quorum.go holds steps 1, 2 and 4; clock.go the timing rules of step 3;
-// pool.go the port to one master (Pool) and the commands and scripts of
-// steps 1 and 5; pipe.go the batching of concurrent callers' commands;
-// redlock.go the API. docs/algorithm.md maps each step to its code and gives
-// the safety argument.
+// Concurrent callers' commands to one master share round trips, so that the
+// cost of a lock falls as the load grows. docs/algorithm.md in the
+// repository maps each step to its code and gives the safety argument.
 //
 // # Other primitives
 //
@@ -29,7 +27,7 @@
 // holders of a key at once. Each node admits at most K holders, and a permit
 // needs ⌊K·N/(K+1)⌋+1 nodes, which for K > 1 is more than a majority: K+1
 // holders of that many nodes each would need more node slots than K·N. See
-// semaphore.go and docs/semaphore.md. Client.RWMutex is a read-write lock:
+// docs/semaphore.md. Client.RWMutex is a read-write lock:
 // writers exclude everyone, readers only writers, on majorities, with a
 // writer-intent mark against writer starvation (docs/rwlock.md).
 // Client.Election elects a leader whose term is a fencing token from the
@@ -41,19 +39,20 @@
 // Semaphore's, Campaign) waits for its next timed attempt
 // (WithRetryStrategy), but a release wakes it at once: releases publish the
 // key on a pub/sub channel, and each Client keeps one subscription per node
-// for all its waiters (wake.go, WithWakeUp). An announcement only starts an
-// ordinary attempt, never counts as a vote, and announcements that are not
-// real releases cannot multiply a waiter's attempts (engine.go). Every
-// primitive runs on one engine, whose promises docs/engine.md states.
+// for all its waiters (WithWakeUp). An announcement only starts an ordinary
+// attempt, never counts as a vote, and announcements that are not real
+// releases cannot multiply a waiter's attempts. Every primitive runs on one
+// engine, whose promises docs/engine.md states.
 //
 // # Drivers
 //
-// A Pool is the port to one master: it sends a batch of commands and brings
-// back the replies, and every deadline, count and undo stays in this
-// package. NewPool makes one on redigo, the root module's client; the
-// modules github.com/quorumlock/redlock/goredis, .../rueidis and .../valkeygo
-// adapt go-redis, rueidis and valkey-go clients, Redis Cluster clients
-// included; redlocktest is the conformance kit every adapter passes. See
+// A Pool is one master: it sends a batch of commands and brings back the
+// replies, and every deadline, count and undo stays in this package. The
+// package github.com/quorumlock/redlock/redigo makes Pools on redigo, the
+// root module's client; the modules .../goredis, .../rueidis and
+// .../valkeygo adapt go-redis, rueidis and valkey-go clients, Redis Cluster
+// clients included. An adapter author implements package driver, and
+// redlocktest is the conformance kit every adapter passes. See
 // docs/drivers.md.
 //
 // # Operating
@@ -94,6 +93,6 @@
 //
 // Every call is bounded in time: an acquisition attempt takes at most one node
 // timeout (two with fencing), plus one more to release after a failure;
-// Extend and Unlock take at most one node timeout. A node that accepts connections but never answers
-// does not hold up any call beyond that.
+// Extend and Unlock take at most one node timeout. A node that accepts
+// connections but never answers does not hold up any call beyond that.
 package redlock

@@ -40,8 +40,8 @@ var (
 
 // Defaults for the election options.
 const (
-	DefaultElectionTTL     = 10 * time.Second
-	DefaultObserveInterval = 250 * time.Millisecond
+	defaultElectionTTL     = 10 * time.Second
+	defaultObserveInterval = 250 * time.Millisecond
 )
 
 var (
@@ -60,14 +60,14 @@ type ElectionOption func(*Election)
 
 // WithElectionTTL sets the ttl of the lock behind a leadership. The leader
 // extends it every ttl/3 while it leads; if the leader dies, another
-// candidate is elected at most about one ttl later. The default is
-// DefaultElectionTTL (10s). It must exceed the clock drift allowance.
+// candidate is elected at most about one ttl later. The default is 10s.
+// It must exceed the clock drift allowance.
 func WithElectionTTL(ttl time.Duration) ElectionOption {
 	return func(e *Election) { e.ttl = ttl }
 }
 
 // WithObserveInterval sets how often Observe asks the nodes who leads. The
-// default is DefaultObserveInterval (250ms). d must be positive.
+// default is 250ms. d must be positive.
 func WithObserveInterval(d time.Duration) ElectionOption {
 	return func(e *Election) { e.interval = d }
 }
@@ -103,7 +103,7 @@ type Election struct {
 // network call; a bad name or option is reported, wrapping ErrInvalid, by
 // every call of the Election.
 func (c *Client) Election(name string, opts ...ElectionOption) *Election {
-	e := &Election{client: c, name: name, ttl: DefaultElectionTTL, interval: DefaultObserveInterval}
+	e := &Election{client: c, name: name, ttl: defaultElectionTTL, interval: defaultObserveInterval}
 	for _, opt := range opts {
 		if opt == nil {
 			e.err = invalid("nil election option")

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/hashicorp/go-multierror"
 )
 
 var (
@@ -59,38 +57,72 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
+// An opError is the error of one operation: a summary, which wraps the
+// sentinel that says what happened, and the causes behind it (one NodeError
+// per failed node, the caller's context error). It reads as one line, with
+// the package prefix once, and Unwrap returns the summary and every cause,
+// so that errors.Is and errors.As reach each of them and a walk of the tree
+// by Unwrap() []error finds every NodeError.
+type opError struct {
+	summary error
+	causes  []error
+}
+
+func (e *opError) Error() string {
+	var b strings.Builder
+	b.WriteString(oneLine(e.summary.Error()))
+	for _, c := range e.causes {
+		b.WriteString("; ")
+		b.WriteString(strings.TrimPrefix(oneLine(c.Error()), prefix))
+	}
+	return b.String()
+}
+
+func (e *opError) Unwrap() []error { return append([]error{e.summary}, e.causes...) }
+
+const prefix = "redlock: "
+
+// oneLine keeps the package prefix of msg once, where msg joins the texts
+// of several of this package's errors, and puts what errors.Join puts on
+// separate lines on one.
+func oneLine(msg string) string {
+	if strings.Contains(msg, "\n") {
+		msg = strings.ReplaceAll(msg, "\n", "; ")
+	}
+	if i := strings.Index(msg, prefix); i >= 0 && strings.Contains(msg[i+len(prefix):], prefix) {
+		msg = msg[:i+len(prefix)] + strings.ReplaceAll(msg[i+len(prefix):], prefix, "")
+	}
+	return msg
+}
+
+// wrapf is fmt.Errorf for errors that wrap several of this package's:
+// errors.Is and errors.As reach each %w operand, and the text has the
+// package prefix once.
+func wrapf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return &opError{summary: err}
+}
+
 // aggregate joins a summary error with the per-node causes behind it. Each one
 // stays reachable through errors.Is and errors.As, and so does a context error
 // appended to causes.
 func aggregate(summary error, causes []error) error {
-	if len(causes) == 0 {
-		return summary
-	}
-	return &multierror.Error{
-		Errors:      append([]error{summary}, causes...),
-		ErrorFormat: formatCauses,
-	}
+	return &opError{summary: summary, causes: causes}
 }
 
-// withCause adds one more cause to an error made by aggregate.
+// withCause adds one more cause to an error made by aggregate, or makes one.
 func withCause(err, cause error) error {
-	if m, ok := err.(*multierror.Error); ok {
-		return aggregate(m.Errors[0], append(m.Errors[1:len(m.Errors):len(m.Errors)], cause))
+	if e, ok := err.(*opError); ok {
+		return aggregate(e.summary, append(e.causes[:len(e.causes):len(e.causes)], cause))
 	}
 	return aggregate(err, []error{cause})
 }
 
-// formatCauses prints an aggregate on one line: the summary, then each cause
-// without repeating the package prefix.
-func formatCauses(errs []error) string {
-	var b strings.Builder
-	for i, err := range errs {
-		msg := err.Error()
-		if i > 0 {
-			b.WriteString("; ")
-			msg = strings.TrimPrefix(msg, "redlock: ")
-		}
-		b.WriteString(msg)
+// joinErrors returns err and also, both reachable through errors.Is and
+// errors.As, on one line: Do's fn's error and the loss of its lock.
+func joinErrors(err, also error) error {
+	if err == nil {
+		return also
 	}
-	return b.String()
+	return &opError{summary: err, causes: []error{also}}
 }

@@ -6,3 +6,6 @@ func WithoutIntent(m *RWMutex) *RWMutex {
 	m.noIntent = true
 	return m
 }
+
+// RWNames names the keys of the RW lock on key (rwmutex.go).
+func RWNames(key string) (writer, readers, intent string) { return rwNames(key) }

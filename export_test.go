@@ -62,3 +62,18 @@ func Waiters(c *Client) int {
 	defer c.wake.mu.Unlock()
 	return c.wake.count
 }
+
+// ReleaseChannel is where releases are announced (wake.go).
+const ReleaseChannel = releaseChannel
+
+// Clock and WithClock inject a clock, so that tests check the validity
+// arithmetic without sleeping.
+type Clock = timeSource
+
+var WithClock = withClock
+
+// FenceKey names the fencing counter of key under the default prefix.
+func FenceKey(key string) string { return fenceKey(key) }
+
+// ErrorClass is the class events carry (observer.go).
+var ErrorClass = errorClass

@@ -257,7 +257,7 @@ func FuzzNew(f *testing.F) {
 		drift                           float64
 		nodes                           uint8
 	}{
-		{DefaultTries, int64(DefaultRetryDelayMin), int64(DefaultRetryDelayMax), int64(DefaultNodeTimeout), DefaultDriftFactor, 3},
+		{defaultTries, int64(defaultRetryDelayMin), int64(defaultRetryDelayMax), int64(defaultNodeTimeout), defaultDriftFactor, 3},
 		{1, 0, 0, s, 0, 1},
 		{0, 0, 0, s, 0, 5},
 		{-1, ms, ms, s, 0.5, 5},

@@ -2,6 +2,8 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,4 +120,71 @@ func TestUnlockRetryAfterLostReplies(t *testing.T) {
 	c.pools[0].set(healthy)
 	c.pools[1].set(healthy)
 	require.NoError(t, l.Unlock(ctx), "the retry must not report its own deletions as a loss")
+}
+
+// Errors read as one line with the package prefix once, and a walk of the
+// tree by the standard Unwrap methods alone (no errors.As) finds the
+// NodeError of every failed node.
+func TestErrorsAreOneLineAndWalkable(t *testing.T) {
+	c := newCluster(t, 5)
+	client := c.client(t, redlock.WithTries(1))
+	ctx := context.Background()
+	l, err := client.TryLock(ctx, "shape", time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	for _, i := range []int{0, 1, 2} {
+		c.nodes[i].FlushAll()
+	}
+	err = l.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	msg := err.Error()
+	assert.NotContains(t, msg, "\n")
+	assert.Equal(t, 1, strings.Count(msg, "redlock: "), "one prefix: %s", msg)
+	assert.Contains(t, msg, "lock lost")
+
+	// Three nodes down: the attempt fails with a NodeError for each, which
+	// a walk by the standard Unwrap methods alone (no errors.As) finds.
+	for _, i := range []int{2, 3, 4} {
+		c.pools[i].set(failing)
+	}
+	_, err = client.TryLock(ctx, "shape:2", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	msg = err.Error()
+	assert.NotContains(t, msg, "\n")
+	assert.Equal(t, 1, strings.Count(msg, "redlock: "), "one prefix: %s", msg)
+	found := map[int]bool{}
+	var walk func(error)
+	walk = func(e error) {
+		if ne, ok := e.(*redlock.NodeError); ok {
+			found[ne.Node] = true
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, w := range u.Unwrap() {
+				walk(w)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	assert.Equal(t, map[int]bool{2: true, 3: true, 4: true}, found)
+	for _, i := range []int{2, 3, 4} {
+		c.pools[i].set(healthy)
+	}
+
+	// Do's error when fn fails and the lock is lost too: one line, both
+	// reachable.
+	boom := errors.New("boom")
+	err = client.Do(ctx, "shape:do", 300*time.Millisecond, func(ctx context.Context) error {
+		for _, m := range c.nodes {
+			m.FlushAll()
+		}
+		<-ctx.Done()
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	assert.NotContains(t, err.Error(), "\n")
 }

@@ -9,13 +9,13 @@ import (
 	"github.com/quorumlock/redlock/observe"
 )
 
-// ErrorClass sorts a node's failure into a small fixed set, for metric
+// errorClass sorts a node's failure into a small fixed set, for metric
 // labels: "timeout" (ErrNodeTimeout), "canceled" and "deadline" (the
 // caller's context), the error reply's code ("NOPERM", "READONLY", "OOM",
 // "LOADING", "MOVED"...), "fence_ahead" (fencing's round 2 met a higher
 // counter), "io" for anything else (a refused or broken connection), and ""
 // for nil.
-func ErrorClass(err error) string {
+func errorClass(err error) string {
 	switch {
 	case err == nil:
 		return ""
@@ -58,16 +58,27 @@ func (t tee) Observe(ctx context.Context, e observe.Event) {
 	}
 }
 
-// joinObservers returns nil for none, the Observer itself for one, a tee
-// for more.
+// classed sets an event's Class from its Err where the event has an error
+// but no class yet, so that every Observer sees the same classes.
+type classed struct{ observe.Observer }
+
+func (c classed) Observe(ctx context.Context, e observe.Event) {
+	if e.Err != nil && e.Class == "" {
+		e.Class = errorClass(e.Err)
+	}
+	c.Observer.Observe(ctx, e)
+}
+
+// joinObservers returns nil for none, and otherwise the Observers, one after
+// the other, behind classed.
 func joinObservers(obs []observe.Observer) observe.Observer {
 	switch len(obs) {
 	case 0:
 		return nil
 	case 1:
-		return obs[0]
+		return classed{obs[0]}
 	}
-	return tee(obs)
+	return classed{tee(obs)}
 }
 
 // observeNode reports one node's answer to a round.
@@ -79,7 +90,7 @@ func (c *Client) observeNode(ctx context.Context, id uint64, key string, kind ob
 	case err == nil:
 		e.Outcome = observe.OutcomeRefused
 	default:
-		e.Outcome, e.Class = observe.OutcomeFailed, ErrorClass(err)
+		e.Outcome, e.Class = observe.OutcomeFailed, errorClass(err)
 	}
 	c.obs.Observe(ctx, e)
 }

@@ -7,11 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/internal/keys"
 )
 
 // A Pool is the port to one independent Redis master: see package driver,
@@ -99,41 +99,15 @@ func newScript(src string, keys int) script {
 	return script{src: src, hash: hash, keys: keys, srcArg: src, hashArg: hash, keysArg: int64(keys)}
 }
 
-// FenceKey returns the name of the fencing counter that WithFencing keeps
-// for the lock key on every node, for operators' tools (redlock status) and
-// clean-up scripts. See fenceKey for the rule.
-func FenceKey(key string) string { return fenceKey(key) }
-
-// fenceKey names the fencing counter of a lock key. It has no ttl: the
-// counter must outlive every lock on the key (docs/fencing.md).
-//
-// The counter must hash to the lock key's slot, or a Redis Cluster member
-// refuses the fenced scripts (CROSSSLOT). The slot of a key with a hash tag
-// (a non-empty "{...}") is that of its tag, and a prefix without braces keeps
-// the tag: "redlock:fence:" + key. The slot of a key without one is that of
-// the whole key, which the counter takes as its tag: "redlock:fence:{key}".
-// A key without a tag that contains '}' cannot be a tag; it keeps the plain
-// prefix, which works on standalone masters only (docs/drivers.md).
-func fenceKey(key string) string { return fenceKeyWith(DefaultFencePrefix, key) }
+// fenceKey names the fencing counter of a lock key under the default
+// prefix; see keys.Fence for the rule.
+func fenceKey(key string) string { return keys.Fence(defaultFencePrefix, key) }
 
 // fenceKeyWith is fenceKey with the prefix of WithFencePrefix.
-func fenceKeyWith(prefix, key string) string {
-	if hasHashTag(key) || strings.IndexByte(key, '}') >= 0 {
-		return prefix + key
-	}
-	return prefix + "{" + key + "}"
-}
+func fenceKeyWith(prefix, key string) string { return keys.Fence(prefix, key) }
 
-// hasHashTag reports whether Redis Cluster would hash key by a tag: a '{'
-// followed, later, by a '}' with at least one byte between them.
-func hasHashTag(key string) bool {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return false
-	}
-	closing := strings.IndexByte(key[open+1:], '}')
-	return closing > 0
-}
+// hasHashTag reports whether Redis Cluster would hash key by a tag.
+func hasHashTag(key string) bool { return keys.HasTag(key) }
 
 // A node is one Redis master as the quorum sees it.
 type node struct {

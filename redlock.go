@@ -15,15 +15,16 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/internal/keys"
 	"github.com/quorumlock/redlock/observe"
 )
 
 // Defaults for the options.
 const (
-	DefaultTries         = 32
-	DefaultRetryDelayMin = 50 * time.Millisecond
-	DefaultRetryDelayMax = 250 * time.Millisecond
-	DefaultNodeTimeout   = 50 * time.Millisecond
+	defaultTries         = 32
+	defaultRetryDelayMin = 50 * time.Millisecond
+	defaultRetryDelayMax = 250 * time.Millisecond
+	defaultNodeTimeout   = 50 * time.Millisecond
 )
 
 // maxNodes is the most Redis masters a Client takes: each node has a bit in
@@ -40,11 +41,11 @@ type Client struct {
 	quorum             int
 	tries              int
 	retryMin, retryMax time.Duration // Do's pause after a failed Extend
-	retry              RetryStrategy // Lock's pauses
+	retry              retryPolicy   // Lock's pauses
 	retrySet           bool          // WithRetryStrategy was given, so retry must not be nil
 	driftFactor        float64
 	nodeTimeout        time.Duration
-	clock              Clock
+	clock              timeSource
 	newToken           func() (string, error)
 	fencing            bool
 	obs                observe.Observer   // nil: no events are built
@@ -57,7 +58,7 @@ type Client struct {
 
 	wakeOff bool   // WithWakeUp(false)
 	wake    *waker // delivers release announcements; nil if off or no node is a driver.Subscriber
-	channel any    // ReleaseChannel as a command argument, or "" with wake-up off
+	channel any    // releaseChannel as a command argument, or "" with wake-up off
 
 	calls   inflight      // node calls running, including those no caller waits for
 	closed  atomic.Bool   // Close has been called
@@ -91,7 +92,7 @@ func (f *inflight) wait(limit time.Duration) bool {
 type Option func(*Client)
 
 // WithTries sets how many attempts Lock makes before it gives up.
-// The default is DefaultTries (32). n must be at least 1.
+// The default is 32. n must be at least 1.
 func WithTries(n int) Option {
 	return func(c *Client) { c.tries = n }
 }
@@ -106,24 +107,24 @@ func WithRetryDelay(min, max time.Duration) Option {
 }
 
 // WithDriftFactor sets the fraction of the ttl reserved for clock drift
-// between this client and the nodes (see clock.go). The default is
-// DefaultDriftFactor (0.01). f must lie in [0, 1).
+// between this client and the nodes. The default is 0.01.
+// f must lie in [0, 1).
 func WithDriftFactor(f float64) Option {
 	return func(c *Client) { c.driftFactor = f }
 }
 
 // WithNodeTimeout bounds each node's part of an operation: connecting,
 // sending and reading the reply. A node that takes longer counts as failed.
-// The default, DefaultNodeTimeout (50ms), suits loopback and LAN links with
+// The default, 50ms, suits loopback and LAN links with
 // ttls of a second or more; it should be a small fraction of the ttl.
 // d must be positive.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *Client) { c.nodeTimeout = d }
 }
 
-// WithClock sets the clock used for validity. The default reads time.Now,
-// which is monotonic. A nil Clock is rejected.
-func WithClock(clock Clock) Option {
+// withClock sets the clock used for validity. The default reads time.Now,
+// which is monotonic. A nil clock is rejected (tests inject one through export_test.go).
+func withClock(clock timeSource) Option {
 	return func(c *Client) { c.clock = clock }
 }
 
@@ -137,7 +138,7 @@ func WithTokenFunc(f func() (string, error)) Option {
 
 // WithKeyPrefix puts prefix before every key this Client keeps on the
 // nodes: lock keys, and the names derived from them (fencing counters, the
-// keys of RWMutex, Semaphore and Election), and before ReleaseChannel. Keys
+// keys of RWMutex, Semaphore and Election), and before the release channel, "redlock:released". Keys
 // given to the API, and reported by Lock.Key and to an observe.Observer, stay
 // without it. Clients that share locks must use the same prefix. A prefix
 // with a hash tag ("{app}:") puts all of the Client's keys in one Redis
@@ -146,14 +147,14 @@ func WithKeyPrefix(prefix string) Option {
 	return func(c *Client) { c.keyPrefix = prefix }
 }
 
-// DefaultFencePrefix begins the name of every fencing counter; see
+// defaultFencePrefix begins the name of every fencing counter; see
 // WithFencePrefix.
-const DefaultFencePrefix = "redlock:fence:"
+const defaultFencePrefix = keys.DefaultFencePrefix
 
 // WithFencePrefix places the fencing counters (WithFencing): the counter of
 // lock key k is prefix + "{k}", or prefix + k when k has a hash tag of its
 // own, so that it shares k's Redis Cluster slot (Client.FenceKey). The
-// default is DefaultFencePrefix. The prefix must be non-empty and contain no
+// default is "redlock:fence:". The prefix must be non-empty and contain no
 // brace. Counters never expire (docs/fencing.md says what they cost and how
 // to remove those of retired keys); changing the prefix starts every
 // counter again from zero, which breaks the order of tokens across the
@@ -166,7 +167,7 @@ func WithFencePrefix(prefix string) Option {
 // every node for the lock key, with its key and fence prefixes.
 func (c *Client) FenceKey(key string) string {
 	if c == nil {
-		return fenceKeyWith(DefaultFencePrefix, key)
+		return fenceKeyWith(defaultFencePrefix, key)
 	}
 	return fenceKeyWith(c.fencePrefix, c.keyPrefix+key)
 }
@@ -197,14 +198,14 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		quorum:      quorum(len(pools)),
-		tries:       DefaultTries,
-		retryMin:    DefaultRetryDelayMin,
-		retryMax:    DefaultRetryDelayMax,
-		driftFactor: DefaultDriftFactor,
-		nodeTimeout: DefaultNodeTimeout,
+		tries:       defaultTries,
+		retryMin:    defaultRetryDelayMin,
+		retryMax:    defaultRetryDelayMax,
+		driftFactor: defaultDriftFactor,
+		nodeTimeout: defaultNodeTimeout,
 		clock:       systemClock{},
 		newToken:    randomToken,
-		fencePrefix: DefaultFencePrefix,
+		fencePrefix: defaultFencePrefix,
 		closing:     make(chan struct{}),
 	}
 	for i, p := range pools {
@@ -269,7 +270,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 	}
 	c.channel = ""
 	if !c.wakeOff {
-		channel := c.keyPrefix + ReleaseChannel
+		channel := c.keyPrefix + releaseChannel
 		c.channel = channel
 		for _, n := range c.nodes {
 			if _, ok := n.pool.(driver.Subscriber); ok {
@@ -302,10 +303,10 @@ func isNil(v any) bool {
 // (WithRetryDelay, WithRetryStrategy) until it holds the lock, the tries run
 // out (WithTries), the strategy gives up, or ctx ends. While it waits, a
 // release of key on enough nodes wakes it for an extra attempt at once
-// (WithWakeUp, on by default with pools that are Subscribers; wake.go);
-// such attempts do not count as tries, and within one pause each starts at
-// least rtt×2^k after the one before (k woken attempts so far in the
-// pause), so that announcements that are not real releases add at most
+// (WithWakeUp, on by default with pools that are Subscribers); such
+// attempts do not count as tries, and within one pause each starts at least
+// rtt×2^k after the one before (k woken attempts so far in the pause), so
+// that announcements that are not real releases add at most
 // 1+log2(pause/rtt) attempts per pause. Close ends the wait at once with an
 // error wrapping ErrClosed. It does not retry
 // failures that are not contention, which would only repeat: a token

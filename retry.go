@@ -7,35 +7,17 @@ import (
 	"time"
 )
 
-// A RetryStrategy decides how long Lock pauses after a failed attempt.
-// Delay(try) is the pause after attempt try (1 for the first); a negative
+// A RetryStrategy decides how long Lock pauses after a failed attempt: it
+// returns the pause after attempt try (1 for the first), and a negative
 // value means: give up now. Lock also stops after WithTries attempts or when
 // its context ends, whichever comes first. A RetryStrategy must be safe for
-// concurrent use.
-type RetryStrategy interface {
-	Delay(try int) time.Duration
-}
-
-// RetryFunc adapts a function to a RetryStrategy.
-type RetryFunc func(try int) time.Duration
-
-// Delay returns f(try).
-func (f RetryFunc) Delay(try int) time.Duration { return f(try) }
+// concurrent use. ConstantRetry and ExponentialRetry make the common ones;
+// any function of this shape will do.
+type RetryStrategy func(try int) time.Duration
 
 // ConstantRetry pauses d after every attempt.
 func ConstantRetry(d time.Duration) RetryStrategy {
-	return RetryFunc(func(int) time.Duration { return d })
-}
-
-// LinearRetry pauses step after the first attempt, 2×step after the second,
-// and so on, up to max.
-func LinearRetry(step, max time.Duration) RetryStrategy {
-	return RetryFunc(func(try int) time.Duration {
-		if step <= 0 || try <= 0 || time.Duration(try) > max/step {
-			return max
-		}
-		return time.Duration(try) * step
-	})
+	return func(int) time.Duration { return d }
 }
 
 // ExponentialRetry pauses a random time drawn uniformly from [0, ceiling],
@@ -43,7 +25,7 @@ func LinearRetry(step, max time.Duration) RetryStrategy {
 // max ("full jitter"): clients that collided spread out fast, and none
 // waits longer than max.
 func ExponentialRetry(base, max time.Duration) RetryStrategy {
-	return RetryFunc(func(try int) time.Duration {
+	return func(try int) time.Duration {
 		ceiling := max
 		if try >= 1 && try < 63 && base > 0 && base <= max>>(try-1) {
 			ceiling = base << (try - 1)
@@ -52,13 +34,18 @@ func ExponentialRetry(base, max time.Duration) RetryStrategy {
 			return 0
 		}
 		return mathrand.N(ceiling + 1)
-	})
+	}
 }
 
-// NoRetry gives up after the first attempt: Lock behaves as TryLock.
-func NoRetry() RetryStrategy {
-	return RetryFunc(func(int) time.Duration { return -1 })
+// retryPolicy is how the Client asks a strategy for a pause.
+type retryPolicy interface {
+	Delay(try int) time.Duration
 }
+
+// strategy is a RetryStrategy as a retryPolicy.
+type strategy RetryStrategy
+
+func (s strategy) Delay(try int) time.Duration { return s(try) }
 
 // jitterRetry is WithRetryDelay's strategy, the default: a pause drawn
 // uniformly from [min, max], so that clients that collided do not collide
@@ -72,9 +59,16 @@ func (j jitterRetry) Delay(int) time.Duration { return j.min + mathrand.N(j.max-
 // WithRetryStrategy and WithRetryDelay wins. A nil strategy is rejected.
 //
 // Whatever the strategy, Lock does not retry an attempt that failed for a
-// reason that is not contention (see Client.Lock).
+// reason that is not contention (see Client.Lock); TryLock makes one
+// attempt.
 func WithRetryStrategy(s RetryStrategy) Option {
-	return func(c *Client) { c.retry, c.retrySet = s, true }
+	return func(c *Client) {
+		c.retrySet = true
+		c.retry = nil
+		if s != nil {
+			c.retry = strategy(s)
+		}
+	}
 }
 
 // permanent reports whether a node's failure will repeat on the next
@@ -106,8 +100,8 @@ func (c *Client) hopeless(err error, need int) (bool, int) {
 
 // causesOf returns the errors an aggregate holds, or err alone.
 func causesOf(err error) []error {
-	if u, ok := err.(interface{ WrappedErrors() []error }); ok {
-		return u.WrappedErrors()
+	if e, ok := err.(*opError); ok {
+		return e.causes
 	}
 	return []error{err}
 }

@@ -22,11 +22,9 @@ func TestRetryStrategies(t *testing.T) {
 		want []time.Duration // exact delays for tries 1, 2, ...
 	}{
 		{"constant", redlock.ConstantRetry(5 * ms), []time.Duration{5 * ms, 5 * ms, 5 * ms}},
-		{"linear", redlock.LinearRetry(10*ms, 25*ms), []time.Duration{10 * ms, 20 * ms, 25 * ms, 25 * ms}},
-		{"none", redlock.NoRetry(), []time.Duration{-1, -1}},
 	} {
 		for i, want := range tc.want {
-			assert.Equal(t, want, tc.s.Delay(i+1), "%s, try %d", tc.name, i+1)
+			assert.Equal(t, want, tc.s(i+1), "%s, try %d", tc.name, i+1)
 		}
 	}
 	// Exponential with full jitter: within [0, min(max, base·2^(try−1))],
@@ -36,7 +34,7 @@ func TestRetryStrategies(t *testing.T) {
 	for try, ceiling := range map[int]time.Duration{1: ms, 2: 2 * ms, 3: 4 * ms, 7: 64 * ms, 8: 100 * ms, 70: 100 * ms, 1 << 30: 100 * ms} {
 		var top time.Duration
 		for range 2000 {
-			d := exp.Delay(try)
+			d := exp(try)
 			require.True(t, d >= 0 && d <= ceiling, "try %d: delay %v outside [0, %v]", try, d, ceiling)
 			top = max(top, d)
 		}
@@ -53,7 +51,7 @@ func TestLockFollowsItsStrategy(t *testing.T) {
 	c.settle(t) // the holder's stragglers are not this test's commands
 
 	var asked atomic.Int32
-	giveUpAfter3 := redlock.RetryFunc(func(try int) time.Duration {
+	giveUpAfter3 := redlock.RetryStrategy(func(try int) time.Duration {
 		asked.Add(1)
 		if try >= 3 {
 			return -1

@@ -77,7 +77,7 @@ type RWMutex struct {
 
 // RWMutex returns the read-write lock on key. It makes no network call; an
 // empty key is reported by the first call that uses it. The lock's keys on
-// the nodes are named by RWNames and never clash with a mutex on the same
+// the nodes are named apart from a mutex's and never clash with a mutex on the same
 // key.
 func (c *Client) RWMutex(key string) *RWMutex {
 	var w, r, i string
@@ -86,11 +86,6 @@ func (c *Client) RWMutex(key string) *RWMutex {
 	}
 	return &RWMutex{client: c, key: key, writer: w, readers: r, intent: i}
 }
-
-// RWNames returns the names of the keys that the read-write lock on key
-// keeps on every node: the writer key, the readers set and the writer-intent
-// mark, for operators' tools and clean-up scripts. See rwNames for the rule.
-func RWNames(key string) (writer, readers, intent string) { return rwNames(key) }
 
 // rwNames names the three keys of a read-write lock on key. Its scripts
 // touch all three at once, so on a Redis Cluster member they must share a

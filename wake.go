@@ -15,7 +15,7 @@ import (
 // A Lock that finds its key held waits for its next timed attempt (the
 // RetryStrategy), but it need not sleep through a release. The release
 // script (scripts/release.lua), run by Unlock and by the undo of a lost
-// attempt, publishes the key's name on ReleaseChannel after it deleted the
+// attempt, publishes the key's name on releaseChannel after it deleted the
 // key. Each Client keeps at most one subscription to that channel per node,
 // shared by all its waiting Locks on every key: it opens when the first Lock
 // starts waiting and closes wakeLinger after the last one stopped, or at
@@ -56,10 +56,10 @@ import (
 // any one from losing race after race (docs/algorithm.md, "Wake-up on
 // release", states the bound and docs/benchmarks.md measures it).
 
-// ReleaseChannel is the Redis pub/sub channel on which releases announce
+// releaseChannel is the Redis pub/sub channel on which releases announce
 // themselves on each node; the message is the released key. A Client made
 // with WithKeyPrefix uses the prefix followed by this name.
-const ReleaseChannel = "redlock:released"
+const releaseChannel = "redlock:released"
 
 // wakeLinger is how long a Client keeps its subscriptions open after the
 // last waiter stopped waiting, so that a burst of contention does not dial
@@ -82,7 +82,7 @@ const ageScale = 16
 const maxSplitShift = 6
 
 // WithWakeUp turns wake-up on release on or off (on by default). On, every
-// release announces itself on ReleaseChannel, and a Lock that waits is woken
+// release announces itself on the channel "redlock:released", and a Lock that waits is woken
 // by the announcements of other Clients' releases, through one subscription
 // per node that is a Subscriber. Off, releases send no announcement and Lock
 // waits for its timed attempts only; a Client with wake-up off does not

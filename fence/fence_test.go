@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/fence"
+	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/redigo"
 )
 
@@ -65,4 +67,33 @@ func TestSet(t *testing.T) {
 	require.NoError(t, fence.Set(ctx, pool, "doc", 9, "v9"))
 	got, _ = m.Get("doc")
 	assert.Equal(t, "v9", got)
+}
+
+// Set keeps its bounds: an ended ctx fails at once with its error, a node
+// that never answers costs ctx's deadline, and without a deadline the
+// documented five seconds.
+func TestSetBounds(t *testing.T) {
+	frozen := redistest.StartFrozen(t)
+	pool := redigo.NewPool(frozen.Addr())
+	defer pool.Close()
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, fence.Set(ended, pool, "doc", 1, "v"), context.Canceled)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	err := fence.Set(ctx, pool, "doc", 1, "v")
+	require.Error(t, err)
+	assert.Less(t, time.Since(began), time.Second, "a frozen node held Set past its ctx")
+
+	if testing.Short() {
+		t.Skip("the five-second default bound is checked without -short")
+	}
+	began = time.Now()
+	require.Error(t, fence.Set(context.Background(), pool, "doc", 1, "v"))
+	took := time.Since(began)
+	assert.Greater(t, took, 4*time.Second, "returned before the default bound: %v", took)
+	assert.Less(t, took, 8*time.Second, "a frozen node held Set past the default bound: %v", took)
 }

@@ -136,7 +136,13 @@ type Event struct {
 	Node    int     // node index, for KindNode
 	Addr    string  // node address, if its Pool is a driver.Namer
 	Outcome Outcome // for KindNode
-	Class   string  // for a failed node: redlock.ErrorClass(Err)
+	// Class sorts Err into a small fixed set, for metric labels: "timeout"
+	// (a node did not answer within the node timeout), "canceled" and
+	// "deadline" (the caller's context), an error reply's code ("NOPERM",
+	// "READONLY", "OOM", "LOADING", "MOVED"...), "fence_ahead" (fencing's
+	// second round met a higher counter), and "io" for anything else (a
+	// refused or broken connection). "" when Err is nil.
+	Class string
 
 	Try     int
 	Woken   bool // KindAttempt, KindRetry, KindAcquired: the attempt was started by a release announcement (wake.go)

@@ -8,7 +8,7 @@ import (
 )
 
 // The error.type values of a whole call (Lock, Extend, Unlock, a retry, a
-// loss), besides the node classes of redlock.ErrorClass ("timeout", "io",
+// loss), besides the node classes of observe.Event.Class ("timeout", "io",
 // "READONLY"...), which a call takes from its failed nodes.
 const (
 	classRefused  = "refused"  // nodes answered no: the key is held by another token, or gone
@@ -27,7 +27,7 @@ const (
 // that failed with no node error failed by refusals; for Lock, whose error
 // may also come from the token function, a failure that is neither is
 // "other".
-func callClass(err error) string {
+func callClass(err error, class string) string {
 	var ne *redlock.NodeError
 	switch {
 	case err == nil:
@@ -43,7 +43,7 @@ func callClass(err error) string {
 	case errors.Is(err, redlock.ErrInvalid):
 		return classInvalid
 	case errors.As(err, &ne):
-		return redlock.ErrorClass(err) // "timeout" if any node timed out, else the first reply code, else "io"
+		return class // "timeout" if any node timed out, else the first reply code, else "io"
 	case errors.Is(err, redlock.ErrNotObtained):
 		return classRefused
 	}
@@ -52,8 +52,8 @@ func callClass(err error) string {
 
 // releaseClass is callClass for Unlock, whose failure without a node error
 // (its sentinel is not exported) can only be refusals: the key was gone.
-func releaseClass(err error) string {
-	if c := callClass(err); c != classOther {
+func releaseClass(err error, class string) string {
+	if c := callClass(err, class); c != classOther {
 		return c
 	}
 	return classRefused

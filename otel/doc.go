@@ -45,7 +45,7 @@
 //     that Lock retried), extended, extend_failed, released, release_failed
 //     or lost; for a node, agreed, refused or failed.
 //   - error.type (the semantic conventions' attribute), only on failures:
-//     for a node, redlock.ErrorClass ("timeout", "io", "canceled",
+//     for a node, observe.Event.Class ("timeout", "io", "canceled",
 //     "deadline", "fence_ahead", or the error reply's code, such as
 //     "READONLY" or "NOPERM"). For a call: "refused" (nodes answered no: the
 //     key is held by another token, or gone), "lost" (ErrLockLost from

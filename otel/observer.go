@@ -146,7 +146,7 @@ func (o *Observer) node(ctx context.Context, e observe.Event) {
 
 func (o *Observer) retry(ctx context.Context, e observe.Event) {
 	now := o.now()
-	class := callClass(e.Err)
+	class := callClass(e.Err, e.Class)
 	o.inst.retries.Add(ctx, 1, o.lockOpts(e.Key, "", class).add...)
 	if c := o.lockCall(e.ID); c != nil {
 		if c.attemptOpen {
@@ -161,7 +161,7 @@ func (o *Observer) lockEnded(ctx context.Context, e observe.Event) {
 	now := o.now()
 	outcome, class := outcomeAcquired, ""
 	if e.Kind == observe.KindNotAcquired {
-		outcome, class = outcomeNotAcquired, callClass(e.Err)
+		outcome, class = outcomeNotAcquired, callClass(e.Err, e.Class)
 	}
 	o.mu.Lock()
 	c := o.calls[e.ID]
@@ -193,7 +193,7 @@ func (o *Observer) extendEnded(ctx context.Context, e observe.Event) {
 	began := now.Add(-e.Latency)
 	outcome, class := outcomeExtended, ""
 	if e.Kind == observe.KindExtendFailed {
-		outcome, class = outcomeExtendFailed, callClass(e.Err)
+		outcome, class = outcomeExtendFailed, callClass(e.Err, e.Class)
 	}
 	o.mu.Lock()
 	switch {
@@ -222,7 +222,7 @@ func (o *Observer) unlockEnded(ctx context.Context, e observe.Event) {
 	began := now.Add(-e.Latency)
 	outcome, class := outcomeReleased, ""
 	if e.Kind == observe.KindReleaseFailed {
-		outcome, class = outcomeReleaseFailed, releaseClass(e.Err)
+		outcome, class = outcomeReleaseFailed, releaseClass(e.Err, e.Class)
 	}
 	o.mu.Lock()
 	// A lock counts as released from the moment Unlock begins, whatever the

@@ -130,3 +130,5 @@
 // stops answering, when rueidis's background PING has gone unanswered for
 // ConnWriteTimeout, which is also how long it can take.
 package rueidis
+
+//go:generate go run gen_valkeygo.go

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/internal/keys"
 	"github.com/quorumlock/redlock/redigo"
 )
 
@@ -512,7 +513,7 @@ func (cl *cluster) kill(i int) {
 	// Fencing tokens rest on nodes keeping their counters across a restart
 	// (docs/fencing.md), as persistence would; the lock keys are gone by the
 	// restore anyway, more than two ttls later.
-	cl.fence[i], _ = cl.nodes[i].Get(redlock.FenceKey(demoKey))
+	cl.fence[i], _ = cl.nodes[i].Get(keys.Fence(keys.DefaultFencePrefix, demoKey))
 	cl.nodes[i].Close()
 	cl.down[i] = true
 }
@@ -530,7 +531,7 @@ func (cl *cluster) restore() error {
 			return fmt.Errorf("n%d on %s: %w", i+1, cl.addrs[i], err)
 		}
 		if cl.fence[i] != "" {
-			if err := m.Set(redlock.FenceKey(demoKey), cl.fence[i]); err != nil {
+			if err := m.Set(keys.Fence(keys.DefaultFencePrefix, demoKey), cl.fence[i]); err != nil {
 				m.Close()
 				return fmt.Errorf("n%d: restoring its fencing counter: %w", i+1, err)
 			}

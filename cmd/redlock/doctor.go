@@ -77,7 +77,7 @@ func parseDoctor(args []string, getenv func(string) string, stderr io.Writer) (*
 	cfg := &doctorConfig{}
 	fs.DurationVar(&cfg.maxTTL, "max-ttl", 30*time.Second, "the largest lock ttl any client uses; a node without safe persistence must stay down longer than this after a crash")
 	fs.BoolVar(&cfg.delayedRestart, "delayed-restart", false, "crashed nodes are kept down longer than --max-ttl before they restart, so missing persistence is a warning, not a failure")
-	fs.Float64Var(&cfg.driftFactor, "drift-factor", redlock.DefaultDriftFactor, "the clients' drift factor (WithDriftFactor): the largest clock-rate difference they allow, in (0, 1)")
+	fs.Float64Var(&cfg.driftFactor, "drift-factor", 0.01, "the clients' drift factor (WithDriftFactor): the largest clock-rate difference they allow, in (0, 1)")
 	fs.DurationVar(&cfg.clockSample, "clock-sample", 1500*time.Millisecond, "how long to watch each node's clock (TIME) against this host's, 100ms to 1m; up to 4 times longer over slow round trips")
 	fs.DurationVar(&cfg.nodeTimeout, "node-timeout", time.Second, "bound on each command to a node, up to 1m")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "print only WARN and FAIL findings, and the summary")

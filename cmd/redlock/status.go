@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/internal/keys"
 	"github.com/quorumlock/redlock/redigo"
 )
 
@@ -96,7 +96,7 @@ func parseStatus(args []string, getenv func(string) string, stderr io.Writer) (*
 }
 
 // fenceKey names the fencing counter of a lock key, as the library does.
-func fenceKey(key string) string { return redlock.FenceKey(key) }
+func fenceKey(key string) string { return keys.Fence(keys.DefaultFencePrefix, key) }
 
 // keyStatus is one node's answer about the key.
 type keyStatus struct {
