@@ -192,17 +192,21 @@ var errNilRWMutex = invalid("nil *RWMutex: use Client.RWMutex")
 // its script runs, each at most a node timeout.
 const intentReach = 3
 
-// lock is Lock, TryLock, RLock and TryRLock: Client.lock's loop, with the
-// writer's intent mark. The pause after an attempt is drawn before it, so
-// that the attempt's mark can outlast it.
+// lock is Lock, TryLock, RLock and TryRLock: the engine's loop
+// (acquireLoop) with the read-write scripts and the writer's intent mark.
+// A writer waits for the release of the writer key and of readers; a
+// reader for the writer key's.
 func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries int) (*Lock, error) {
 	c := m.client
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	ttl, err := c.check(ctx, m.key, ttl)
 	if err != nil {
 		return nil, err
 	}
-	if c.closed.Load() {
-		return nil, invalid("%v", errClosed)
+	if err := c.closedErr(); err != nil {
+		return nil, err
 	}
 	var intent string // the waiting writer's mark, the same across its attempts
 	if write && tries > 1 && !m.noIntent {
@@ -214,74 +218,39 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 		}
 	}
 	marked := false // an attempt may have left the mark
-	giveUp := func(err error) (*Lock, error) {
-		if marked {
-			m.unmark(ctx, intent)
-		}
-		return nil, err
+	wake := []string{m.writer.(string)}
+	if write {
+		wake = append(wake, m.readers.(string))
 	}
-	var began time.Time
-	id := c.newID()
-	if c.obs != nil {
-		began = time.Now()
-	}
-	for try := 1; ; try++ {
-		delay := time.Duration(-1) // the pause after this attempt; negative: none follows
-		if try < tries {
-			delay = c.retry.Delay(try)
-		}
-		var mark time.Duration
-		if intent != "" && delay >= 0 {
-			mark = delay + intentReach*c.nodeTimeout
-			marked = true
-		}
-		if c.obs != nil {
-			c.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: m.key, Try: try})
-		}
-		l, err := m.acquire(ctx, ttl, write, intent, mark, id)
-		_, tokenFailed := err.(*tokenError)
-		switch {
-		case err == nil:
-			if c.obs != nil {
-				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: m.key, Try: try, Wait: time.Since(began),
-					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum})
+	return c.acquireLoop(ctx, &acquisition{
+		key: m.key, wake: wake, tries: tries,
+		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
+			var mark time.Duration
+			if intent != "" && a.pause >= 0 {
+				mark = a.pause + intentReach*c.nodeTimeout
+				marked = true
 			}
-			return l, nil
-		case tokenFailed:
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began, err))
-		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began, withCause(err, ctx.Err())))
-		case ctx.Err() != nil || delay < 0:
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began, err))
-		}
-		if hopeless, n := c.hopeless(err); hopeless {
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began,
-				fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no majority is possible)", err, n, len(c.nodes))))
-		}
-		if c.obs != nil {
-			c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: m.key, Try: try, Delay: delay, Err: err})
-		}
-		pause := time.NewTimer(delay)
-		select {
-		case <-pause.C:
-		case <-ctx.Done():
-			pause.Stop()
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began, withCause(err, ctx.Err())))
-		}
-	}
+			return m.acquire(ctx, ttl, write, intent, mark, a.id)
+		},
+		giveUp: func(ctx context.Context) {
+			if marked {
+				m.unmark(ctx, intent)
+			}
+		},
+	})
 }
 
 // acquire is one attempt: the algorithm's steps 1 to 4 with the read-write
 // scripts. A writer's attempt leaves the intent mark for mark (none if 0)
 // on each node that refuses it.
-func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, intent string, mark time.Duration, id uint64) (*Lock, error) {
+func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, intent string, mark time.Duration, id uint64) (*Lock, uint64, error) {
 	c := m.client
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
 	}
 	if err != nil {
-		return nil, &tokenError{err}
+		return nil, 0, &tokenError{err}
 	}
 	// A writer's Lock is the mutex's on the writer key: Extend and Unlock
 	// use the mutex's scripts there. A reader's is on the readers set, with
@@ -318,7 +287,7 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 				m.writer, m.readers, m.intent, args.token, args.ttl)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			_, err := n.eval(ctx, deadline, args.lane, &rwRUnlockScript, args.key, args.token)
+			_, err := n.eval(ctx, deadline, args.lane, &rwRUnlockScript, args.key, args.token, args.channel)
 			return err == nil, err
 		}
 	}
@@ -332,7 +301,7 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		valid: func() bool { return c.clock.Now().Before(until) },
 		kind:  observe.OpAcquire, key: m.key, id: id, masks: &args.masks})
 	if !won {
-		return nil, t.err(ErrNotObtained)
+		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
 	args.masks.settle() // won
@@ -340,7 +309,7 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		l.granted, l.id = time.Now(), id
 	}
 	l.until = until
-	return l, nil
+	return l, 0, nil
 }
 
 // unmark removes a writer's intent mark from every node, once it has given
@@ -397,7 +366,7 @@ var rwReaderOps = holdOps{
 		return reply == int64(1), err
 	},
 	releaseOwned: func(n *node, ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-		reply, err := n.eval(ctx, deadline, a.lane, &rwRUnlockScript, a.key, a.token)
+		reply, err := n.eval(ctx, deadline, a.lane, &rwRUnlockScript, a.key, a.token, a.channel)
 		return reply == int64(1), err
 	},
 }

@@ -159,7 +159,7 @@ func TestSemaphoreInvalid(t *testing.T) {
 	// A closed Client.
 	require.NoError(t, client.Close())
 	_, err = client.Semaphore("s", 2).TryAcquire(ctx, time.Second)
-	require.ErrorIs(t, err, redlock.ErrInvalid)
+	require.ErrorIs(t, err, redlock.ErrClosed)
 }
 
 // K permits are granted and the next is refused; a release frees one; and
@@ -368,8 +368,8 @@ func TestSemaphoreNonHolder(t *testing.T) {
 
 	// A released permit is no longer held: it cannot be extended.
 	require.NoError(t, a.Release(ctx))
-	require.ErrorIs(t, a.Extend(ctx, time.Minute), redlock.ErrExpired)
-	require.ErrorIs(t, a.Release(ctx), redlock.ErrExpired, "a second Release")
+	require.ErrorIs(t, a.Extend(ctx, time.Minute), redlock.ErrReleased)
+	require.ErrorIs(t, a.Release(ctx), redlock.ErrReleased, "a second Release")
 }
 
 // Extend never shortens a token's expiry, lengthens it when asked for more,
@@ -665,5 +665,6 @@ func TestSemaphoreObserverSeesNodes(t *testing.T) {
 			assert.Equal(t, 3, n, "every node's answer to %v", op)
 		}
 	}
-	assert.Empty(t, rec.kinds(observe.KindAcquired))
+	// The engine reports a semaphore's calls as it does the mutex's.
+	assert.Len(t, rec.kinds(observe.KindAcquired), 1)
 }
