@@ -58,11 +58,18 @@ const extendEvery = 3
 //     with the loss cause, so errors.Is(err, ErrLockLost) holds even for an
 //     fn that ignored its context and returned nil.
 //
+// If the Client is closed while fn runs, Do stops extending, cancels fn's
+// context with a cause wrapping ErrClosed and ErrLockLost, and releases the
+// lock at once; Do's error then wraps both.
+//
 // If fn panics, Do stops extending, releases the lock and re-panics.
 // Do starts no goroutine that outlives it, beyond the node calls that Lock
 // and Unlock leave in the background for slow nodes, each ending within a
 // node timeout or two.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error) (err error) {
+	if err := c.usable(); err != nil {
+		return err
+	}
 	return c.hold(ctx, key, ttl, func(ctx context.Context) (*Lock, error) { return c.Lock(ctx, key, ttl) }, fn)
 }
 
@@ -100,6 +107,18 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 	fnCtx, cancel := context.WithCancelCause(parent)
 	stop := make(chan struct{})
 	kept := make(chan loss, 1)
+	// Close ends the hold at once: fn is told why, and the lock is
+	// released, within Close's bound, even if fn goes on.
+	closeHold := func() {
+		cancel(errClosedWhileHeld)
+		_ = release(context.WithoutCancel(ctx))
+	}
+	remove, ok := c.onClose(closeHold)
+	if !ok { // closed between the acquisition and here
+		closeHold()
+	} else {
+		defer remove()
+	}
 	go func() { kept <- c.keep(l, ttl, stop, cancel) }()
 
 	defer func() {
@@ -119,10 +138,12 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 		case held && ended.expired:
 			// Validity ran out after fn returned, before stop was seen.
 			ended.err = nil
+		case !held && errors.Is(context.Cause(fnCtx), ErrClosed):
+			ended.err = errClosedWhileHeld // Close released it before fn returned
 		case !held && ended.err == nil:
 			ended.err = lostCause("validity ran out before fn returned", nil)
 		}
-		_ = release(context.WithoutCancel(ctx)) // a failure reaches the observe.Observer
+		_ = release(context.WithoutCancel(ctx)) // always sent; a failure reaches the observe.Observer
 		if ended.err != nil {
 			if lost != nil {
 				lost(ended.err)
@@ -150,6 +171,11 @@ func (c *Client) keep(l lease, ttl time.Duration, stop <-chan struct{}, cancel c
 		select {
 		case <-stop:
 			return loss{}
+		case <-c.closing:
+			// Close: stop extending; whoever registered with onClose
+			// releases the lock.
+			cancel(errClosedWhileHeld)
+			return loss{err: errClosedWhileHeld}
 		case <-l.Done():
 			err := lostCause("validity ran out before an extension succeeded", last)
 			cancel(err)

@@ -35,11 +35,14 @@
 //
 // # Contention
 //
-// A Lock that finds its key held waits for its next timed attempt
+// A waiting acquisition of any primitive (Lock, the RWMutex's, the
+// Semaphore's, Campaign) waits for its next timed attempt
 // (WithRetryStrategy), but a release wakes it at once: releases publish the
 // key on a pub/sub channel, and each Client keeps one subscription per node
 // for all its waiters (WithWakeUp). An announcement only starts an ordinary
-// attempt; it never counts as a vote.
+// attempt, never counts as a vote, and announcements that are not real
+// releases cannot multiply a waiter's attempts. Every primitive runs on one
+// engine, whose promises docs/engine.md states.
 //
 // # Drivers
 //
@@ -57,8 +60,10 @@
 // Client.Ping reports each node's health; Lock.Held and Lock.Margin say how
 // many nodes hold a lock and how many more may fail; WithObserver (with
 // observe.Slog, or the .../otel module) reports every attempt, node answer,
-// acquisition, extension, loss and release; Client.Close waits for the
-// releases left running in the background.
+// acquisition, extension, loss and release; Client.Close ends waiting calls,
+// leaderships and Do loops, and waits for the releases left running in the
+// background, two node timeouts at most. Releases are always sent, whatever
+// the caller's ctx.
 //
 // # Guarantees
 //

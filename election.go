@@ -114,8 +114,8 @@ func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 		opt(e)
 	}
 	switch {
-	case c == nil:
-		e.err = invalid("nil *Client")
+	case c.usable() != nil:
+		e.err = c.usable()
 	case name == "":
 		e.err = invalid("empty election name")
 	case e.ttl <= 0 || truncateTTL(e.ttl) <= drift(truncateTTL(e.ttl), c.driftFactor):
@@ -124,7 +124,7 @@ func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 		e.err = invalid("observe interval %v must be positive", e.interval)
 	}
 	e.ttl = truncateTTL(e.ttl)
-	if c != nil {
+	if c.usable() == nil {
 		e.record = leaderKey(c.keyPrefix + name)
 	}
 	return e
@@ -141,8 +141,8 @@ func leaderKey(key string) string {
 
 // usable checks what every call needs.
 func (e *Election) usable(ctx context.Context) error {
-	if e == nil {
-		return invalid("nil *Election")
+	if e == nil || e.client == nil {
+		return invalid("nil or zero *Election: make one with Client.Election")
 	}
 	if e.err != nil {
 		return e.err
@@ -151,6 +151,14 @@ func (e *Election) usable(ctx context.Context) error {
 		return invalid("nil context")
 	}
 	return nil
+}
+
+// open is usable for calls that a closed Client refuses: all but Resign.
+func (e *Election) open(ctx context.Context) error {
+	if err := e.usable(ctx); err != nil {
+		return err
+	}
+	return e.client.closedErr()
 }
 
 // Name returns the election's name, which is its lock key.
@@ -180,9 +188,14 @@ func (e *Election) Name() string {
 // ErrNoLeader, never an earlier leader.
 //
 // The leadership is extended every ttl/3 in the background, independently of
-// ctx, until Resign or until it is lost; then Done is closed.
+// ctx, until Resign, until it is lost, or until the Client is closed; then
+// Done is closed. Close resigns it at once: Err then wraps ErrClosed and
+// ErrLockLost. A Campaign that waits wakes at once when the leader resigns
+// (the engine's wake-up), and returns ErrClosed when the Client is closed;
+// one whose attempt wins after Close began releases it and returns
+// ErrClosed.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
-	if err := e.usable(ctx); err != nil {
+	if err := e.open(ctx); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()
@@ -199,8 +212,16 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	}
 	ld := &Leadership{election: e, lock: l, value: value, stop: make(chan struct{}), ended: make(chan struct{})}
 	ld.ctx, ld.cancel = context.WithCancelCause(context.Background())
+	remove, ok := c.onClose(ld.closeByClient)
+	if !ok { // Close began after the lock was won: lead nothing
+		ld.closeByClient()
+		return nil, fmt.Errorf("%w: election %q: the client was closed as the leadership was won; it was released", ErrClosed, e.name)
+	}
 	ld.publish(ctx)
-	go ld.run()
+	go func() {
+		defer remove()
+		ld.run()
+	}()
 
 	e.mu.Lock()
 	e.current = ld
@@ -218,7 +239,7 @@ func (e *Election) Resign(ctx context.Context) error {
 	e.mu.Lock()
 	ld := e.current
 	e.mu.Unlock()
-	if ld == nil {
+	if ld == nil || ld.lock == nil {
 		return fmt.Errorf("%w: election %q: this Election holds no leadership", ErrNotLeader, e.name)
 	}
 	err := ld.Resign(ctx)
@@ -256,7 +277,7 @@ type Leader struct {
 // Leader takes at most one node timeout, and returns as soon as a majority
 // agrees or none can.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	if err := e.usable(ctx); err != nil {
+	if err := e.open(ctx); err != nil {
 		return Leader{}, err
 	}
 	ld, _, err := e.read(ctx)
@@ -294,7 +315,7 @@ func (e *Election) read(ctx context.Context) (ld Leader, decided bool, err error
 // returns then, within a node timeout. Bad arguments return an error
 // wrapping ErrInvalid and no channel.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
-	if err := e.usable(ctx); err != nil {
+	if err := e.open(ctx); err != nil {
 		return nil, err
 	}
 	ch := make(chan Leader)
@@ -308,6 +329,8 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 		for {
 			select {
 			case <-ctx.Done():
+				return
+			case <-e.client.closing:
 				return
 			case <-wait.C:
 			}
@@ -357,6 +380,28 @@ type Leadership struct {
 
 // errResigned is the cause of a resigned leadership's end.
 var errResigned = fmt.Errorf("%w: resigned", ErrNotLeader)
+
+// closeByClient is what Client.Close does to a leadership: it ends it as
+// Resign does, with a cause wrapping ErrClosed and ErrLockLost, and
+// releases the lock at once, without waiting for an extension in flight
+// (the release overtakes it: Lock.unlock), so that Close keeps its bound.
+func (ld *Leadership) closeByClient() {
+	ld.mu.Lock()
+	first := !ld.resigned
+	ld.resigned = true
+	ld.mu.Unlock()
+	if !first {
+		return // a Resign is under way, and releases
+	}
+	ld.cancel(errClosedWhileHeld)
+	close(ld.stop)
+	err := ld.lock.unlock(context.Background(), 0)
+	if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrExpired) || errors.Is(err, ErrReleased) {
+		ld.mu.Lock()
+		ld.released = true
+		ld.mu.Unlock()
+	}
+}
 
 // run keeps the leadership (do.go's keep) and publishes the leader record
 // again: after each retry delay until a majority has it, then every ttl/3
@@ -454,7 +499,7 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 // term of every leadership of the election granted before it. Send it with
 // every write the leader makes. It is 0 for the nil *Leadership.
 func (ld *Leadership) Term() uint64 {
-	if ld == nil {
+	if ld == nil || ld.lock == nil {
 		return 0
 	}
 	return ld.lock.Token()
@@ -463,7 +508,7 @@ func (ld *Leadership) Term() uint64 {
 // Value returns the value this leader publishes: the one it campaigned
 // with, or the latest given to Proclaim.
 func (ld *Leadership) Value() string {
-	if ld == nil {
+	if ld == nil || ld.lock == nil {
 		return ""
 	}
 	ld.mu.Lock()
@@ -475,7 +520,7 @@ func (ld *Leadership) Value() string {
 // as Lock.Until does: each extension moves it on. It is the zero Time once
 // Resign has begun.
 func (ld *Leadership) Until() time.Time {
-	if ld == nil {
+	if ld == nil || ld.lock == nil {
 		return time.Time{}
 	}
 	return ld.lock.Until()
@@ -484,7 +529,7 @@ func (ld *Leadership) Until() time.Time {
 // Done returns a channel that is closed when the leadership ends: it was
 // lost, or Resign began.
 func (ld *Leadership) Done() <-chan struct{} {
-	if ld == nil {
+	if ld == nil || ld.lock == nil {
 		return closedChan
 	}
 	return ld.ctx.Done()
@@ -494,7 +539,7 @@ func (ld *Leadership) Done() <-chan struct{} {
 // Err's error as its cause (context.Cause): the context to run the leader's
 // work with.
 func (ld *Leadership) Context() context.Context {
-	if ld == nil {
+	if ld == nil || ld.lock == nil {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(errNilLeadership)
 		return ctx
@@ -506,7 +551,7 @@ func (ld *Leadership) Context() context.Context {
 // why: an error wrapping ErrLockLost if it was lost, or ErrNotLeader if it
 // was resigned.
 func (ld *Leadership) Err() error {
-	if ld == nil {
+	if ld == nil || ld.lock == nil {
 		return errNilLeadership
 	}
 	select {
@@ -538,7 +583,7 @@ var errNilLeadership = invalid("nil *Leadership: the Campaign that returned it f
 // Resign waits for an extension in flight, then releases: two node timeouts
 // at most.
 func (ld *Leadership) Resign(ctx context.Context) error {
-	if ld == nil {
+	if ld == nil || ld.lock == nil {
 		return errNilLeadership
 	}
 	if ctx == nil {

@@ -13,9 +13,17 @@ var (
 	ErrNotObtained = errors.New("redlock: lock not obtained")
 
 	// ErrExpired reports an Extend or Unlock of a lock whose validity had
-	// already passed on the local clock, or that was already released. The
-	// holder must assume that its critical section may not have been exclusive.
+	// already passed on the local clock, or an Extend that an Unlock
+	// overtook. The holder must assume that its critical section may not
+	// have been exclusive.
 	ErrExpired = errors.New("redlock: lock expired")
+
+	// ErrReleased reports an Unlock (Release, Resign) or Extend of a lock
+	// that an earlier Unlock already released, as confirmed by a quorum of
+	// nodes. It is not ErrExpired: the lock was held until that release,
+	// so the critical section was not cut short. A second Unlock still
+	// sends its release, which frees any node the first one missed.
+	ErrReleased = errors.New("redlock: lock already released")
 
 	// ErrInvalid reports a bad argument or option. It is returned before any
 	// network call is made.

@@ -27,14 +27,40 @@ func WakeLive(c *Client) uint64 {
 	return c.wake.live.Load()
 }
 
-// Waiting returns how many of c's Lock calls wait on key for a release.
+// Waiting returns how many of c's calls wait for a release of key, a mutex
+// or semaphore key given to the API (the Client's prefix is added).
 func Waiting(c *Client, key string) int {
 	if c.wake == nil {
 		return 0
 	}
 	c.wake.mu.Lock()
 	defer c.wake.mu.Unlock()
-	return len(c.wake.waiting[key])
+	return len(c.wake.waiting[c.keyPrefix+key])
+}
+
+// HoldReseed makes each node's re-seed of l (Lock.reseed) call entered and
+// then wait until release is closed, before it sends. It returns a function
+// that removes the hook.
+func HoldReseed(l *Lock, entered chan<- int, release <-chan struct{}) (undo func()) {
+	hook := func(x *Lock, node int) {
+		if x == l {
+			entered <- node
+			<-release
+		}
+	}
+	testHookReseed.Store(&hook)
+	return func() { testHookReseed.Store(nil) }
+}
+
+// Waiters returns how many of c's calls, of every primitive, wait for a
+// release announcement.
+func Waiters(c *Client) int {
+	if c.wake == nil {
+		return 0
+	}
+	c.wake.mu.Lock()
+	defer c.wake.mu.Unlock()
+	return c.wake.count
 }
 
 // ReleaseChannel is where releases are announced (wake.go).

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -43,11 +42,18 @@ func (h Health) String() string {
 // so Ping takes at most one node timeout whatever the nodes do.
 //
 // Ping reports node failures in the Health, not as an error: its error is
-// non-nil only for a nil ctx (ErrInvalid). Use Health.Spare to see how far a
-// deployment is from losing its quorum.
+// non-nil only for a nil ctx or a nil or zero Client (ErrInvalid), or a
+// closed Client (ErrClosed). Use Health.Spare to see how far a deployment
+// is from losing its quorum.
 func (c *Client) Ping(ctx context.Context) (Health, error) {
+	if err := c.usable(); err != nil {
+		return Health{}, err
+	}
 	if ctx == nil {
 		return Health{}, invalid("nil context")
+	}
+	if err := c.closedErr(); err != nil {
+		return Health{}, err
 	}
 	h := Health{Nodes: make([]NodeHealth, len(c.nodes)), Quorum: c.quorum}
 	deadline := c.nodeDeadline(ctx)
@@ -90,27 +96,38 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 	return h, nil
 }
 
-// Close waits for the node calls that are still running in the background,
-// at most one node timeout, and then marks the client closed: Lock, TryLock
-// and Do return an error wrapping ErrInvalid from then on. Extend and Unlock
-// of locks already held still work.
+// Close closes the Client and ends what runs on it:
+//   - calls that wait (Lock, the RWMutex's and the Semaphore's acquisitions,
+//     Campaign) return at once, with an error wrapping ErrClosed and the
+//     last attempt's causes; an attempt in flight ends by its node
+//     deadline, and if it wins, what it acquired is released;
+//   - leaderships resign (their Done closes, Err wraps ErrClosed and
+//     ErrLockLost) and Do loops stop extending, cancel fn's context with
+//     that cause and release their lock or permit, all at once;
+//   - every later call returns an error wrapping ErrClosed, Ping included,
+//     except Unlock, Release and Resign, which still send their release:
+//     nothing a closed Client held stays behind by its fault.
 //
-// Unlock returns once a majority has answered and leaves the other releases
-// to finish in the background; a program that exits right after Unlock
-// (a cron job, the redlock command) should Close first, or its key stays on
-// those nodes for a whole ttl. Close does not close the pools: they belong
-// to the caller. It returns an error wrapping ErrNodeTimeout if calls were
-// still running when it stopped waiting, and nil otherwise; it is safe to
-// call more than once.
+// Close then waits for the node calls that are still running, including
+// those no caller waits for (the releases Unlock left for slow nodes),
+// so that a program that exits right after Close leaves no key behind.
+// Close returns within two node timeouts: the releases it sends, and the
+// calls in flight, end within one; the undo of an attempt that those
+// calls lose, within one more. If calls are still running then, it returns
+// an error wrapping ErrNodeTimeout; otherwise nil. Close does not close the
+// pools: they belong to the caller. It is safe to call more than once; a
+// nil or zero Client returns an error wrapping ErrInvalid.
 func (c *Client) Close() error {
-	c.closed.Store(true)
-	if c.wake != nil && !c.wake.close(c.nodeTimeout) {
-		return fmt.Errorf("%w: release subscriptions still open after %v", ErrNodeTimeout, c.nodeTimeout)
+	if err := c.usable(); err != nil {
+		return err
 	}
-	if !c.calls.wait(c.nodeTimeout) {
-		return fmt.Errorf("%w: node calls still running after %v", ErrNodeTimeout, c.nodeTimeout)
+	deadline := time.Now().Add(2 * c.nodeTimeout)
+	c.startClose()
+	if c.wake != nil && !c.wake.close(max(time.Until(deadline), 0)) {
+		return fmt.Errorf("%w: release subscriptions still open after %v", ErrNodeTimeout, 2*c.nodeTimeout)
+	}
+	if !c.calls.wait(max(time.Until(deadline), 0)) {
+		return fmt.Errorf("%w: node calls still running after %v", ErrNodeTimeout, 2*c.nodeTimeout)
 	}
 	return nil
 }
-
-var errClosed = errors.New("the client is closed")

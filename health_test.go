@@ -78,7 +78,7 @@ func TestCloseWaitsForBackgroundReleases(t *testing.T) {
 	assert.Equal(t, []string{"", "", ""}, c.values("close"), "a release was still running when Close returned")
 
 	_, err = client.TryLock(context.Background(), "after", time.Second)
-	assert.ErrorIs(t, err, redlock.ErrInvalid)
+	assert.ErrorIs(t, err, redlock.ErrClosed)
 	assert.Contains(t, err.Error(), "closed")
 	require.NoError(t, client.Close(), "a second Close")
 }

@@ -35,6 +35,11 @@ import (
 // returned, that is by the node deadline (ctx's own deadline, if sooner, is
 // the node deadline), rather than at once. With the default node timeout
 // that is at most 50 ms.
+//
+// The node deadline holds for the caller even when its command queues
+// behind another caller's batch in the node's pipe: on the sole inline
+// node, a queued command leaves the queue, or stops waiting for a batch
+// with a later deadline, at its own deadline (pipe.go, node.sole).
 func (c *Client) fanoutInline(ctx context.Context, r round, t tally) (won bool, _ tally) {
 	nd := c.nodes[0]
 	deadline := c.nodeDeadline(ctx)

@@ -131,8 +131,8 @@ func TestRealExtend(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A released lock cannot be extended, and the key stays free.
-	if err := l.Extend(ctx, 30*time.Second); !errors.Is(err, redlock.ErrExpired) {
-		t.Errorf("Extend after Unlock = %v, want ErrExpired", err)
+	if err := l.Extend(ctx, 30*time.Second); !errors.Is(err, redlock.ErrReleased) {
+		t.Errorf("Extend after Unlock = %v, want ErrReleased", err)
 	}
 	for i, addr := range addrs {
 		// Unlock returns on a majority; the rest follow within a node timeout.

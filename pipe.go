@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,13 @@ import (
 //     each bounded by deadlines set at most one node timeout earlier, as
 //     long as the Pool returns by its context's deadline. If it does not,
 //     fanout has stopped waiting anyway; only the lane stays busy.
+//   - On a Client's sole inline node (inline.go), no fanout stops waiting
+//     for the caller, so a queued command keeps its own deadline itself:
+//     at that deadline it leaves the queue unsent, or, if a batch that
+//     another caller leads has taken it, stops waiting for that batch's
+//     later deadline. Either way it fails with ErrNodeTimeout, by its own
+//     deadline. (A command chosen to lead its batch runs it: the leader has
+//     the latest deadline, which is its own.)
 //   - An error from Exec fails every command of its batch.
 
 // lanes is how many pipe lanes each node has. Two keys share a lane with
@@ -69,6 +77,10 @@ type call struct {
 
 	reply driver.Reply
 	late  bool // the deadline had passed when its batch went out: not sent
+
+	// timer keeps a sole inline node's queued call to its own deadline;
+	// made once per call, reused as the call is.
+	timer *time.Timer
 
 	done  chan struct{} // receives once: the call was answered, or it leads
 	lead  []*call       // when woken to lead: the batch to send
@@ -131,9 +143,18 @@ type pipe struct {
 	replies []driver.Reply
 }
 
+// How a call left send: answered (its reply is set), or at its own
+// deadline (own) before it was answered: unsent, out of the queue, or taken
+// into a batch that another caller runs, which may still write to it.
+const (
+	answered = iota
+	leftQueue
+	leftBatch
+)
+
 // send sends c through pool and sets its reply, waiting at most as the
-// bounds above say.
-func (p *pipe) send(pool Pool, c *call) {
+// bounds above say; with own, at most until c's deadline.
+func (p *pipe) send(pool driver.Pool, c *call, own bool) int {
 	p.mu.Lock()
 	if c.unsent != nil {
 		c.unsent.And(^c.bit)
@@ -141,17 +162,57 @@ func (p *pipe) send(pool Pool, c *call) {
 	if p.busy {
 		p.queue = append(p.queue, c)
 		p.mu.Unlock()
-		<-c.done
+		if own {
+			if left := p.await(c); left != answered {
+				return left
+			}
+		} else {
+			<-c.done
+		}
 		if batch := c.lead; batch != nil {
 			c.lead = nil
 			p.run(pool, batch, c, true)
 		}
-		return
+		return answered
 	}
 	p.busy = true
 	p.mu.Unlock()
 	c.alone[0] = c
 	p.run(pool, c.alone[:], c, false)
+	return answered
+}
+
+// await waits for a queued call's answer or lead, at most until its
+// deadline; see send.
+func (p *pipe) await(c *call) int {
+	wait := time.Until(c.deadline)
+	if c.timer == nil {
+		c.timer = time.NewTimer(wait)
+	} else {
+		c.timer.Reset(wait) // Go 1.23 timers: no stale value to drain
+	}
+	select {
+	case <-c.done:
+		c.timer.Stop()
+		return answered
+	case <-c.timer.C:
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.queue, c); i >= 0 {
+		p.queue = slices.Delete(p.queue, i, i+1)
+		return leftQueue
+	}
+	if c.lead != nil { // chosen to lead (under p.mu): it must run the batch
+		<-c.done
+		return answered
+	}
+	select {
+	case <-c.done: // answered just now
+		return answered
+	default:
+		return leftBatch
+	}
 }
 
 // run sends batch, answers every call in it, and hands the lane to the
@@ -177,9 +238,10 @@ func (p *pipe) run(pool Pool, batch []*call, self *call, queued bool) {
 	}
 	next := p.queue
 	p.queue, p.spare = p.spare, nil
-	p.mu.Unlock()
 
 	// The call that may wait longest leads: its context bounds the batch.
+	// Chosen under p.mu, so that a call leaving at its deadline (await)
+	// knows whether it leads.
 	leader := next[0]
 	for _, c := range next[1:] {
 		if c.deadline.After(leader.deadline) {
@@ -187,6 +249,7 @@ func (p *pipe) run(pool Pool, batch []*call, self *call, queued bool) {
 		}
 	}
 	leader.lead = next
+	p.mu.Unlock()
 	leader.done <- struct{}{}
 }
 

@@ -119,6 +119,10 @@ type node struct {
 	// inline: the Pool honours its deadlines (DeadlineHonorer), so that a
 	// round of one node may run on the caller's goroutine (inline.go).
 	inline bool
+	// sole: inline, and the Client's only node, so that every round runs
+	// on its caller's goroutine; a queued command then leaves the queue at
+	// its own deadline (pipe.send), since no fanout stops waiting for it.
+	sole bool
 	// laneMask maps a key's lane (laneOf) to the lane used on this node:
 	// lanes-1, or multiplexLanes-1 for a Multiplexer.
 	laneMask int
@@ -242,7 +246,13 @@ func (n *node) send(ctx context.Context, deadline time.Time, lane int, unsent *a
 	p := &n.lanes[lane&n.laneMask]
 	c := p.newCall(ctx, deadline, name, firstKey, numKeys, args)
 	c.unsent, c.bit = unsent, 1<<n.index
-	p.send(n.pool, c)
+	switch p.send(n.pool, c, n.sole) {
+	case leftQueue:
+		p.recycle(c)
+		return nil, n.fail(ErrNodeTimeout, deadline)
+	case leftBatch: // the batch's runner may still write c: not recycled
+		return nil, n.fail(ErrNodeTimeout, deadline)
+	}
 	reply, err := classify(c.reply)
 	p.recycle(c)
 	if err != nil {

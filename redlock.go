@@ -60,12 +60,10 @@ type Client struct {
 	wake    *waker // delivers release announcements; nil if off or no node is a driver.Subscriber
 	channel any    // releaseChannel as a command argument, or "" with wake-up off
 
-	// unsafeNoticeVotes is for one test only (TestSimulationCatchesNoticeVotes):
-	// a woken attempt counts the nodes that announced a release as votes.
-	unsafeNoticeVotes bool
-
-	calls  inflight    // node calls running, including those no caller waits for
-	closed atomic.Bool // Close has been called
+	calls   inflight      // node calls running, including those no caller waits for
+	closed  atomic.Bool   // Close has been called
+	closing chan struct{} // closed by Close: wakes every waiting call (engine.go)
+	closers closers       // what Close must end: leaderships, Do loops
 }
 
 // inflight counts running node calls. Unlike a sync.WaitGroup it may be
@@ -168,6 +166,9 @@ func WithFencePrefix(prefix string) Option {
 // FenceKey returns the name of the fencing counter this Client keeps on
 // every node for the lock key, with its key and fence prefixes.
 func (c *Client) FenceKey(key string) string {
+	if c == nil {
+		return fenceKeyWith(defaultFencePrefix, key)
+	}
 	return fenceKeyWith(c.fencePrefix, c.keyPrefix+key)
 }
 
@@ -205,6 +206,7 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		clock:       systemClock{},
 		newToken:    randomToken,
 		fencePrefix: defaultFencePrefix,
+		closing:     make(chan struct{}),
 	}
 	for i, p := range pools {
 		if isNil(p) {
@@ -263,6 +265,9 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 	if c.retry == nil {
 		c.retry = jitterRetry{c.retryMin, c.retryMax}
 	}
+	if len(c.nodes) == 1 && c.nodes[0].inline {
+		c.nodes[0].sole = true // inline.go: queued commands keep their own deadline
+	}
 	c.channel = ""
 	if !c.wakeOff {
 		channel := c.keyPrefix + releaseChannel
@@ -298,8 +303,12 @@ func isNil(v any) bool {
 // (WithRetryDelay, WithRetryStrategy) until it holds the lock, the tries run
 // out (WithTries), the strategy gives up, or ctx ends. While it waits, a
 // release of key on enough nodes wakes it for an extra attempt at once
-// (WithWakeUp, on by default with pools that are Subscribers);
-// such attempts do not count as tries. It does not retry
+// (WithWakeUp, on by default with pools that are Subscribers); such
+// attempts do not count as tries, and within one pause each starts at least
+// rtt×2^k after the one before (k woken attempts so far in the pause), so
+// that announcements that are not real releases add at most
+// 1+log2(pause/rtt) attempts per pause. Close ends the wait at once with an
+// error wrapping ErrClosed. It does not retry
 // failures that are not contention, which would only repeat: a token
 // function that fails, or so many nodes refusing the command itself
 // (NOPERM, NOAUTH, WRONGPASS, READONLY, OOM, WRONGTYPE, CROSSSLOT) that no
@@ -316,113 +325,41 @@ func isNil(v any) bool {
 // the timed ones, and in each pause at most one woken attempt that runs past
 // the pause's end.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	return c.lock(ctx, key, ttl, c.tries, c.fencing)
 }
 
 // TryLock makes exactly one attempt to acquire the lock on key for ttl; see
 // Lock for what happens on each path.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	return c.lock(ctx, key, ttl, 1, c.fencing)
 }
 
 // lock is Lock and TryLock; fencing is the Client's WithFencing, or true for
-// an election, whose terms are fencing tokens.
+// an election, whose terms are fencing tokens. The loop is the engine's
+// (acquireLoop); an attempt is acquire.
 func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries int, fencing bool) (*Lock, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
 		return nil, err
 	}
-	if c.closed.Load() {
-		return nil, invalid("%v", errClosed)
+	if err := c.closedErr(); err != nil {
+		return nil, err
 	}
-	var began time.Time
-	id := c.newID()
-	if c.obs != nil {
-		began = time.Now()
-	}
-	var (
-		wt      *waiter   // set once Lock waits, if the nodes can announce releases (wake.go)
-		next    time.Time // when the next timed attempt is due
-		woken   bool      // this attempt was started by a wake-up
-		splits  int       // woken attempts in a row that divided the vote
-		waiting time.Time // when the first attempt was sent
-	)
-	defer func() {
-		if wt != nil {
-			c.wake.unregister(wt)
-		}
-	}()
-	for try := 1; ; {
-		var presumed uint64 // the unsafe variant's votes; 0 in every real use
-		if wt != nil {
-			if announced := wt.arm(); woken && c.unsafeNoticeVotes {
-				presumed = announced
-			}
-		}
-		label := try // a woken attempt counts as part of the timed one before it
-		if woken {
-			label--
-		}
-		if c.obs != nil {
-			c.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: key, Try: label, Woken: woken})
-		}
-		sent := time.Now()
-		if waiting.IsZero() {
-			waiting = sent
-		}
-		l, held, err := c.acquire(ctx, key, ttl, id, fencing, presumed)
-		rtt := time.Since(sent)
-		_, tokenFailed := err.(*tokenError) // as acquire returns it; errors.As would allocate
-		switch {
-		case err == nil:
-			if c.obs != nil {
-				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: key, Try: label, Woken: woken, Wait: time.Since(began),
-					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum, Token: l.fence})
-			}
-			return l, nil
-		case tokenFailed:
-			return nil, c.notAcquired(ctx, id, key, label, began, err) // not contention: no retry
-		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			return nil, c.notAcquired(ctx, id, key, label, began, withCause(err, ctx.Err()))
-		case ctx.Err() != nil || (try == tries && !woken):
-			return nil, c.notAcquired(ctx, id, key, label, began, err)
-		}
-		if hopeless, n := c.hopeless(err); hopeless {
-			return nil, c.notAcquired(ctx, id, key, label, began,
-				fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no majority is possible)", err, n, len(c.nodes)))
-		}
-		switch {
-		case !woken:
-			delay := c.retry.Delay(try)
-			if delay < 0 {
-				return nil, c.notAcquired(ctx, id, key, try, began, err)
-			}
-			next = time.Now().Add(delay)
-			if c.obs != nil {
-				c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: key, Try: try, Delay: delay, Held: bits.OnesCount64(held), Err: err})
-			}
-			try++
-			if wt == nil && c.wake != nil {
-				wt = c.wake.register(key, c.quorum)
-			}
-		case held != 0:
-			splits++ // this woken attempt held some nodes and still lost
-		default:
-			splits = 0
-		}
-		if woken && c.obs != nil {
-			c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: key, Try: label, Woken: true, Delay: time.Until(next),
-				Held: bits.OnesCount64(held), Err: err})
-		}
-		if wt != nil {
-			wt.settle(held)
-		}
-		var cause error
-		woken, cause = pause(ctx, wt, next, staggerFor(rtt, time.Since(waiting), splits))
-		if cause != nil {
-			return nil, c.notAcquired(ctx, id, key, try-1, began, withCause(err, cause))
-		}
-	}
+	return c.acquireLoop(ctx, &acquisition{
+		key: key, wake: []string{c.keyPrefix + key}, tries: tries,
+		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
+			return c.acquire(ctx, key, ttl, a.id, fencing, a.wrap)
+		},
+	})
 }
 
 // notAcquired reports a Lock that gave up to the observe.Observer and returns err.
@@ -469,7 +406,7 @@ func (e *tokenError) Unwrap() []error { return []error{ErrNotObtained, e.err} }
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled. A failed attempt also returns the
 // nodes that agreed to its SET before it let them go (wake.go).
-func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool, presumed uint64) (*Lock, uint64, error) {
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool, wrap func(nodeOp) nodeOp) (*Lock, uint64, error) {
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
@@ -504,8 +441,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 			return ok, err
 		}
 	}
-	if presumed != 0 {
-		set = presume(set, presumed)
+	if wrap != nil {
+		set = wrap(set)
 	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
 	held := &args.masks                    // the round whose agreement makes the lock held
@@ -533,8 +470,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		raise := func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.raiseFence(ctx, deadline, args, l.fence)
 		}
-		if presumed != 0 {
-			raise = presume(raise, presumed)
+		if wrap != nil {
+			raise = wrap(raise)
 		}
 		won, t = c.fanout(ctx, round{
 			op: raise,
@@ -561,18 +498,6 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	}
 	l.until = until
 	return l, 0, nil
-}
-
-// presume is the unsafe variant of TestSimulationCatchesNoticeVotes: op,
-// with the nodes in votes agreeing whatever they answer.
-func presume(op nodeOp, votes uint64) nodeOp {
-	return func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-		ok, err := op(ctx, n, deadline)
-		if votes&(1<<n.index) != 0 {
-			return true, nil
-		}
-		return ok, err
-	}
 }
 
 // maxCounter keeps the largest value it was given; safe for concurrent use.
@@ -612,6 +537,8 @@ type Lock struct {
 	highest maxCounter // while acquiring with fencing: the highest counter read
 	args    cmdArgs    // key and token as command arguments (ttl: the first one's)
 	ops     *holdOps   // how Extend and Unlock act on a node; nil: on a key set to the token
+	need    int        // nodes that must hold it; 0: the Client's majority (Lock.quorum)
+	permits int        // a Permit's semaphore's K, for its errors; 0 otherwise
 
 	mu       sync.Mutex
 	until    time.Time     // zero once Unlock has begun
@@ -643,7 +570,7 @@ type Lock struct {
 // answer later are counted as they answer, so Held may rise for up to a
 // node timeout after the call. It is 0 for the nil *Lock.
 func (l *Lock) Held() int {
-	if l == nil {
+	if l == nil || l.client == nil {
 		return 0
 	}
 	if m := l.held.Load(); m != nil {
@@ -659,7 +586,7 @@ func (l *Lock) Held() int {
 // successful acquisition or Extend, and falls as nodes still in flight
 // fail. With one node, or two, it is always 0.
 func (l *Lock) Margin() int {
-	if l == nil {
+	if l == nil || l.client == nil {
 		return 0
 	}
 	m := l.held.Load()
@@ -668,7 +595,7 @@ func (l *Lock) Margin() int {
 	}
 	n := len(l.client.nodes)
 	pending := n - bits.OnesCount64(m.answered.Load())
-	return bits.OnesCount64(m.agreed.Load()) + pending - l.client.quorum
+	return bits.OnesCount64(m.agreed.Load()) + pending - l.quorum()
 }
 
 // letGo records, before any release is sent, which nodes' SETs a release
@@ -691,7 +618,7 @@ func (l *Lock) overtakenAt(node int) bool {
 
 // Key returns the locked key.
 func (l *Lock) Key() string {
-	if l == nil {
+	if l == nil || l.client == nil {
 		return ""
 	}
 	return l.key
@@ -699,7 +626,7 @@ func (l *Lock) Key() string {
 
 // Value returns the token that marks this acquisition on each node.
 func (l *Lock) Value() string {
-	if l == nil {
+	if l == nil || l.client == nil {
 		return ""
 	}
 	return l.token
@@ -711,7 +638,7 @@ func (l *Lock) Value() string {
 // Pass it with every write to a resource that the lock protects, and let the
 // resource reject tokens lower than the highest it has seen (Guard).
 func (l *Lock) Token() uint64 {
-	if l == nil {
+	if l == nil || l.client == nil {
 		return 0
 	}
 	return l.fence
@@ -721,7 +648,7 @@ func (l *Lock) Token() uint64 {
 // lock is proven exclusive before this instant and not after. It returns the
 // zero Time once the lock has been released.
 func (l *Lock) Until() time.Time {
-	if l == nil {
+	if l == nil || l.client == nil {
 		return time.Time{}
 	}
 	l.mu.Lock()
@@ -740,7 +667,7 @@ func (l *Lock) Until() time.Time {
 // after. Closing the channel is all it does; it makes no network call. The
 // timer behind it is stopped once the channel is closed.
 func (l *Lock) Done() <-chan struct{} {
-	if l == nil {
+	if l == nil || l.client == nil {
 		return closedChan
 	}
 	l.mu.Lock()
@@ -803,29 +730,36 @@ func (l *Lock) expire() {
 // window and the new one were open; the new one runs to start+ttl−drift,
 // start being when Extend began.
 //
-// If the lock's validity has already passed, or it was released, Extend
-// returns ErrExpired and sends nothing. If a majority agrees only after it
-// has passed, Extend returns ErrExpired too; Until never moves forward once
-// it has passed. If no majority extends in time, it returns an error
-// wrapping ErrNotObtained, and Until becomes the earlier of the old and the
-// new deadline: the holder asked for no more than ttl from now. The error
-// also wraps ErrLockLost when the nodes' answers prove the lock gone: so
-// many of them found the key gone or another token's that fewer than a
-// majority can hold it.
+// If the lock's validity has already passed, Extend returns ErrExpired and
+// sends nothing; if it was released, ErrReleased; if the Client is closed,
+// ErrClosed. If a majority agrees only after the validity has passed,
+// Extend returns ErrExpired too; Until never moves forward once it has
+// passed. If no majority extends in time, it returns an error wrapping
+// ErrNotObtained, and Until becomes the earlier of the old and the new
+// deadline: the holder asked for no more than ttl from now. The error also
+// wraps ErrLockLost when the nodes' answers prove the lock gone: so many of
+// them found the key gone or another token's that fewer than a majority can
+// hold it.
 //
 // A node that answers, before the majority is reached, that it has no key
 // at all (it restarted without its data, or evicted the key) is re-seeded
-// once the Extend has won: it gets the key back with the lock's own token,
-// by SET NX, and with fencing its counter is raised to the lock's token, so
-// that Held counts it again (docs/algorithm.md, "Re-seeding on Extend").
-// Extend takes at most one node timeout, or two when it re-seeds.
+// once the Extend has won and its verdict is applied: it gets the key back
+// with the lock's own token, by SET NX, and with fencing its counter is
+// raised to the lock's token, so that Held counts it again
+// (docs/algorithm.md, "Re-seeding on Extend"). Re-seeding never changes
+// the verdict, and runs within ctx's deadline. Extend takes at most one
+// node timeout, or two when it re-seeds, and never runs past ctx's
+// deadline.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if l == nil {
+	if l == nil || l.client.usable() != nil {
 		return errNilLock
 	}
 	c := l.client
 	ttl, err := c.check(ctx, l.key, ttl)
 	if err != nil {
+		return err
+	}
+	if err := c.closedErr(); err != nil {
 		return err
 	}
 	var began time.Time
@@ -837,7 +771,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if c.obs != nil {
 		if err == nil {
 			c.obs.Observe(ctx, observe.Event{Kind: observe.KindExtended, ID: id, Key: l.key, Latency: time.Since(began),
-				Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum})
+				Held: l.Held(), Margin: l.Margin(), Quorum: l.quorum()})
 		} else {
 			c.obs.Observe(ctx, observe.Event{Kind: observe.KindExtendFailed, ID: id, Key: l.key, Latency: time.Since(began), Err: err})
 		}
@@ -845,10 +779,35 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
+// quorum is how many nodes must hold the lock: the Client's majority, or a
+// semaphore's quorum for a Permit.
+func (l *Lock) quorum() int {
+	if l.need > 0 {
+		return l.need
+	}
+	return l.client.quorum
+}
+
+// goneText says that so many nodes no longer hold the lock (n of them, out
+// of total) that fewer than the quorum can.
+func (l *Lock) goneText(n, total int) string {
+	if l.permits > 0 {
+		return fmt.Sprintf("the permit's token is gone from %d of %d nodes, so fewer than the quorum of %d can hold it", n, total, l.quorum())
+	}
+	return fmt.Sprintf("the key is gone or held by another token on %d of %d nodes", n, total)
+}
+
+// extend is the engine's keep step for every holder: the node operation is
+// the primitive's (l.ops), the quorum its own (l.quorum).
 func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	c := l.client
 	start := c.clock.Now()
-	old := l.Until()
+	l.mu.Lock()
+	old, released := l.until, l.released
+	l.mu.Unlock()
+	if released {
+		return ErrReleased
+	}
 	if !start.Before(old) {
 		return ErrExpired
 	}
@@ -859,7 +818,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 	}
 	var absent atomic.Uint64 // nodes that answered that they have no key (l.reseed)
 	won, t := c.fanout(ctx, round{
-		kind: observe.OpExtend, key: l.key, id: id, masks: &args.masks,
+		kind: observe.OpExtend, key: l.key, id: id, masks: &args.masks, need: l.need,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			ok, gone, err := l.extendOn(ctx, n, deadline, args)
 			if gone {
@@ -873,14 +832,25 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 		valid: func() bool { now := c.clock.Now(); return now.Before(until) && now.Before(old) },
 	})
 
-	if won && c.clock.Now().Before(until) {
+	err := l.verdict(won, t, &args.masks, until, old)
+	if err == nil {
+		// After the verdict, never before it: re-seeding cannot turn a won
+		// Extend into a loss, nor delay the moment Until moves.
 		l.reseed(ctx, args, until, absent.Load())
 	}
+	return err
+}
 
+// verdict applies an Extend's result to the lock and returns Extend's
+// error: until is the new window's end, old the one before.
+func (l *Lock) verdict(won bool, t tally, masks *nodeMasks, until, old time.Time) error {
+	c := l.client
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case l.until.IsZero(): // released while extending
+	case l.released:
+		return ErrReleased
+	case l.until.IsZero(): // an Unlock began while extending
 		return ErrExpired
 	case won && !c.clock.Now().Before(l.until):
 		// The window closed while the answers came in: Until never moves
@@ -888,8 +858,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 		return ErrExpired
 	case won:
 		l.setUntilLocked(until)
-		l.held.Store(&args.masks)
-		args.masks.settle() // won
+		l.held.Store(masks)
+		masks.settle() // won
 		return nil
 	default:
 		// Keys are never shortened (PEXPIRE GT), so the old window still
@@ -903,8 +873,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 		if t.lost() && c.clock.Now().Before(old) {
 			// Refusals that all came while the lock was still valid: a key
 			// that expired at its ttl would prove nothing.
-			return aggregate(fmt.Errorf("%w: %w: the key is gone or held by another token on %d of %d nodes",
-				ErrNotObtained, ErrLockLost, t.refused(), t.n), t.causes)
+			return aggregate(fmt.Errorf("%w: %w: %s", ErrNotObtained, ErrLockLost, l.goneText(t.refused(), t.n)), t.causes)
 		}
 		return t.err(ErrNotObtained)
 	}
@@ -915,48 +884,88 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, id uint64) error {
 // "Re-seeding on Extend"): a node that restarted empty gets SET key token
 // NX PX ttl, with the lock's own token and the Extend's ttl (args), so that
 // one restart does not leave the lock standing on a bare majority until it
-// ends. It runs only once the Extend has won, while the lock is valid
-// (until is the Extend's validity) and before Extend returns: the majority
-// that held the key throughout proves that no one else can have held it,
-// and a SET NX on a node where the key is gone is then exactly an
-// acquisition's SET, which takes nothing from anyone. With fencing, the
-// node's counter is raised to the lock's token too (a max-register: never
-// lowered). Nodes that answer after the Extend returned wait for the next
-// one: a SET sent after Extend returned could land after an Unlock's
-// release and leave the key behind. It sends in parallel, within one node
-// timeout, and waits for the answers.
+// ends. The mutex's holders only: other primitives' keys are not a plain
+// key set to the token.
+//
+// It runs once the Extend has won and its verdict is applied, while the
+// lock is valid (until is the Extend's validity): some majority held the
+// key at every instant since the acquisition, which proves that no one else
+// can have held it, and a SET NX on a node where the key is gone is then
+// exactly an acquisition's SET, which takes nothing from anyone. With
+// fencing, the node's counter is raised to the lock's token too (a
+// max-register: never lowered).
+//
+// It sends in parallel and waits for the answers until the node deadline
+// of ctx: one node timeout, or ctx's deadline if sooner; it sends nothing
+// once ctx has ended. A re-seed that an Unlock overtakes would leave the
+// released token on the node for a whole ttl, so each node's re-seed, once
+// it returns, is undone by a release of its own if the lock has been let
+// go meanwhile (the rule of round.overtaken): that release follows the SET
+// in the node's lane, and deletes the key only if it still holds this
+// token.
 func (l *Lock) reseed(ctx context.Context, args *cmdArgs, until time.Time, absent uint64) {
 	c := l.client
-	if absent == 0 || l.letGone.Load() {
+	if absent == 0 || l.ops != nil || l.letGone.Load() || ctx.Err() != nil {
 		return
 	}
-	ctx = context.WithoutCancel(ctx) // bounded by deadline, like an undo
-	deadline := time.Now().Add(c.nodeTimeout)
-	var wg sync.WaitGroup
+	deadline := c.nodeDeadline(ctx)
+	opCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	done := make(chan struct{}, len(c.nodes))
+	sent := 0
 	for _, n := range c.nodes {
 		if absent&(1<<n.index) == 0 || !c.clock.Now().Before(until) {
 			continue
 		}
-		wg.Go(func() {
-			ok, err := n.setNX(ctx, deadline, args)
+		sent++
+		c.calls.Add(1)
+		go func() {
+			defer c.calls.Done()
+			defer func() { done <- struct{}{} }()
+			if hook := testHookReseed.Load(); hook != nil {
+				(*hook)(l, n.index)
+			}
+			ok, err := n.setNX(opCtx, deadline, args)
 			if ok && err == nil && l.fence != 0 {
-				ok, err = n.raiseFence(ctx, deadline, args, l.fence)
+				ok, err = n.raiseFence(opCtx, deadline, args, l.fence)
 				if errors.Is(err, errFenceAhead) {
 					ok, err = true, nil // the key is ours; the counter is already past the token
 				}
 			}
+			if (ok || err != nil) && l.letGone.Load() {
+				// Overtaken by a release: let go of what this SET may hold.
+				c.undoLate(ctx, round{undo: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+					return n.release(ctx, deadline, &l.args)
+				}}, n)
+				return
+			}
 			if ok && err == nil {
 				args.masks.agreed.Or(1 << n.index) // Held and Margin count it
 			}
-		})
+		}()
 	}
-	wg.Wait()
+	for range sent {
+		select {
+		case <-done:
+		case <-opCtx.Done():
+			return
+		}
+	}
 }
+
+// testHookReseed, if set, runs in each node's re-seed before it sends.
+// Tests use it to hold a re-seed back while an Unlock runs.
+var testHookReseed atomic.Pointer[func(l *Lock, node int)]
 
 // Unlock releases the lock: it deletes the key on every node where it still
 // holds this lock's token, and never touches another holder's key. It returns
 // once a majority of nodes deleted it, which frees the lock for others; the
 // remaining nodes are released in the background within one node timeout.
+//
+// The release is always sent, whatever ctx says: a ctx that has ended (the
+// common `defer l.Unlock(ctx)` with a request's context) neither skips nor
+// cuts it short. It is detached from ctx's cancellation and deadline, and
+// bounded by one node timeout instead. It is sent on a closed Client too.
 //
 // From the moment Unlock begins, the lock no longer counts as held: Until
 // returns the zero Time and Done is closed, even if Unlock then fails,
@@ -964,20 +973,25 @@ func (l *Lock) reseed(ctx context.Context, args *cmdArgs, until time.Time, absen
 // On each path:
 //   - A majority deleted the key: nil. A retry of an Unlock that failed
 //     counts the nodes that deleted it the first time.
+//   - An earlier Unlock was already confirmed by a majority: ErrReleased.
+//     The release is sent again all the same, which frees any node the
+//     first one missed.
 //   - So many nodes answered that the key was gone or held another token
 //     (it expired, was evicted, was lost in a restart, or was overwritten)
 //     that fewer than a majority can have held it: an error wrapping
 //     ErrLockLost, even within the validity window, because the critical
 //     section may not have been exclusive.
-//   - Too few nodes answered: an error with the per-node causes; the key
-//     expires on the silent nodes at its ttl, and Unlock may be called again.
+//   - Too few nodes answered: an error saying the release was not
+//     confirmed, with the per-node causes, and ctx.Err() if ctx had ended;
+//     the key expires on the silent nodes at its ttl, and Unlock may be
+//     called again.
 //   - The lock's validity had already passed: the release is still sent, but
 //     Unlock returns ErrExpired: the holder must learn that its critical
 //     section may not have been exclusive.
 //
 // Unlock takes at most one node timeout.
 func (l *Lock) Unlock(ctx context.Context) error {
-	if l == nil {
+	if l == nil || l.client.usable() != nil {
 		return errNilLock
 	}
 	c := l.client
@@ -997,6 +1011,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	return err
 }
 
+// unlock is the engine's release for every holder: the node operation is
+// the primitive's (l.ops), the quorum its own (l.quorum), and the round is
+// always sent (releaseRound).
 func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	c := l.client
 	l.letGo()
@@ -1004,13 +1021,14 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	// the releases may delete the key on a majority even if their replies
 	// are lost, so Until and Done must not go on saying it is held.
 	l.mu.Lock()
+	again := l.released
 	// A retry after a failed Unlock finds until already zero: not expired.
-	expired := l.released || (!l.until.IsZero() && !c.clock.Now().Before(l.until))
+	expired := !again && !l.until.IsZero() && !c.clock.Now().Before(l.until)
 	until := l.until
 	l.setUntilLocked(time.Time{})
 	l.mu.Unlock()
-	won, t := c.fanout(ctx, round{
-		kind: observe.OpRelease, key: l.key, id: id,
+	won, t := c.releaseRound(ctx, round{
+		kind: observe.OpRelease, key: l.key, id: id, need: l.need,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			// A node's refusal is evidence that the lock was lost only if
 			// it came before the lock's validity ended (a key that expired
@@ -1039,12 +1057,19 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 		l.released = true
 		l.mu.Unlock()
 	}
+	gone := bits.OnesCount64(l.evidence.Load())
 	switch {
+	case again:
+		return ErrReleased
 	case expired:
 		return aggregate(ErrExpired, t.causes)
-	case !won && bits.OnesCount64(l.evidence.Load()) > t.n-t.quorum:
-		return aggregate(fmt.Errorf("%w: the key was gone or held by another token on %d of %d nodes at release, before its validity ended: the critical section may not have been exclusive",
-			ErrLockLost, bits.OnesCount64(l.evidence.Load()), t.n), t.causes)
+	case !won && gone > t.n-t.quorum:
+		what := "the critical section may not have been exclusive"
+		if l.permits > 0 {
+			what = fmt.Sprintf("it may not have been one of at most %d", l.permits)
+		}
+		return aggregate(fmt.Errorf("%w: %s at release, before its validity ended: %s",
+			ErrLockLost, l.goneText(gone, t.n), what), t.causes)
 	case !won:
 		return t.err(errNotReleased)
 	}

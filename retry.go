@@ -84,9 +84,9 @@ func permanent(err error) bool {
 }
 
 // hopeless reports whether err, a lost attempt's error, has so many nodes
-// failing permanently that no majority can agree on any later attempt:
-// more than N − quorum of them. It returns the number of such nodes.
-func (c *Client) hopeless(err error) (bool, int) {
+// failing permanently that no quorum of need can agree on any later
+// attempt: more than N − need of them. It returns the number of such nodes.
+func (c *Client) hopeless(err error, need int) (bool, int) {
 	seen := uint64(0)
 	for _, cause := range causesOf(err) {
 		var ne *NodeError
@@ -95,7 +95,7 @@ func (c *Client) hopeless(err error) (bool, int) {
 		}
 	}
 	n := bits.OnesCount64(seen)
-	return n > len(c.nodes)-c.quorum, n
+	return n > len(c.nodes)-need, n
 }
 
 // causesOf returns the errors an aggregate holds, or err alone.

@@ -247,17 +247,21 @@ var errNilRWMutex = invalid("nil *RWMutex: use Client.RWMutex")
 // its script runs, each at most a node timeout.
 const intentReach = 3
 
-// lock is Lock, TryLock, RLock and TryRLock: Client.lock's loop, with the
-// writer's intent mark. The pause after an attempt is drawn before it, so
-// that the attempt's mark can outlast it.
+// lock is Lock, TryLock, RLock and TryRLock: the engine's loop
+// (acquireLoop) with the read-write scripts and the writer's intent mark.
+// A writer waits for the release of the writer key and of readers; a
+// reader for the writer key's.
 func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries int) (*Lock, error) {
 	c := m.client
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	ttl, err := c.check(ctx, m.key, ttl)
 	if err != nil {
 		return nil, err
 	}
-	if c.closed.Load() {
-		return nil, invalid("%v", errClosed)
+	if err := c.closedErr(); err != nil {
+		return nil, err
 	}
 	// The waiting writer's mark, or the waiting reader's registration, the
 	// same across its attempts.
@@ -270,82 +274,50 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 			return nil, &tokenError{err}
 		}
 	}
-	marked := false // an attempt may have left the mark
-	giveUp := func(err error) (*Lock, error) {
-		if marked {
-			m.unmark(ctx, intent, write)
-		}
-		return nil, err
+	marked := false     // an attempt may have left the mark
+	registered := false // an earlier attempt may have registered the reader
+	wake := []string{m.writer.(string)}
+	if write {
+		wake = append(wake, m.readers.(string))
 	}
-	var began time.Time
-	id := c.newID()
-	if c.obs != nil {
-		began = time.Now()
-	}
-	for try := 1; ; try++ {
-		delay := time.Duration(-1) // the pause after this attempt; negative: none follows
-		if try < tries {
-			delay = c.retry.Delay(try)
-		}
-		var mark time.Duration
-		if intent != "" && delay >= 0 {
-			mark = delay + intentReach*c.nodeTimeout
-			marked = true
-		}
-		if c.obs != nil {
-			c.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: m.key, Try: try})
-		}
-		l, err := m.acquire(ctx, ttl, write, intent, mark, id)
-		_, tokenFailed := err.(*tokenError)
-		switch {
-		case err == nil:
-			if c.obs != nil {
-				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: m.key, Try: try, Wait: time.Since(began),
-					Held: l.Held(), Margin: l.Margin(), Quorum: c.quorum, Token: l.fence})
+	return c.acquireLoop(ctx, &acquisition{
+		key: m.key, wake: wake, tries: tries,
+		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
+			var mark time.Duration
+			if intent != "" && a.pause >= 0 {
+				mark = a.pause + intentReach*c.nodeTimeout
+				marked = true
 			}
-			if marked && !write && (try > 1 || l.args.masks.agreed.Load() != 1<<len(c.nodes)-1) {
+			l, held, err := m.acquire(ctx, ttl, write, intent, mark, a.id)
+			if err == nil && marked && !write && (registered || l.args.masks.agreed.Load() != 1<<len(c.nodes)-1) {
 				// The granting nodes dropped this reader's registration;
 				// a node that refused it (or has not answered yet) may
 				// keep it, and would entitle it at the next writer's
 				// release, holding writers back there until it lapses.
 				m.unmark(ctx, intent, false)
 			}
-			return l, nil
-		case tokenFailed:
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began, err))
-		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began, withCause(err, ctx.Err())))
-		case ctx.Err() != nil || delay < 0:
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began, err))
-		}
-		if hopeless, n := c.hopeless(err); hopeless {
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began,
-				fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no majority is possible)", err, n, len(c.nodes))))
-		}
-		if c.obs != nil {
-			c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: m.key, Try: try, Delay: delay, Err: err})
-		}
-		pause := time.NewTimer(delay)
-		select {
-		case <-pause.C:
-		case <-ctx.Done():
-			pause.Stop()
-			return giveUp(c.notAcquired(ctx, id, m.key, try, began, withCause(err, ctx.Err())))
-		}
-	}
+			registered = registered || mark > 0
+			return l, held, err
+		},
+		giveUp: func(ctx context.Context) {
+			if marked {
+				m.unmark(ctx, intent, write)
+			}
+		},
+	})
 }
 
 // acquire is one attempt: the algorithm's steps 1 to 4 with the read-write
 // scripts. A writer's attempt leaves the intent mark for mark (none if 0)
 // on each node that refuses it.
-func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, intent string, mark time.Duration, id uint64) (*Lock, error) {
+func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, intent string, mark time.Duration, id uint64) (*Lock, uint64, error) {
 	c := m.client
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
 	}
 	if err != nil {
-		return nil, &tokenError{err}
+		return nil, 0, &tokenError{err}
 	}
 	// A writer's Lock is the mutex's on the writer key: Extend and Unlock
 	// use the mutex's scripts there. A reader's is on the readers set, with
@@ -388,7 +360,7 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 				m.writer, m.readers, m.intent, m.waiting, m.entitled, args.token, args.ttl, intent, markMs)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			_, err := n.eval(ctx, deadline, args.lane, &rwRUnlockScript, args.key, args.token)
+			_, err := n.eval(ctx, deadline, args.lane, &rwRUnlockScript, args.key, args.token, args.channel)
 			return err == nil, err
 		}
 	}
@@ -402,20 +374,20 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		valid: func() bool { return c.clock.Now().Before(until) },
 		kind:  observe.OpAcquire, key: m.key, id: id, masks: &args.masks})
 	if !won {
-		return nil, t.err(ErrNotObtained)
+		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
 	args.masks.settle() // won
 	if write && c.fencing {
 		if err := m.fence(ctx, l, release, until, id); err != nil {
-			return nil, err
+			return nil, args.masks.agreed.Load(), err
 		}
 	}
 	if c.obs != nil {
 		l.granted, l.id = time.Now(), id
 	}
 	l.until = until
-	return l, nil
+	return l, 0, nil
 }
 
 // fence is fencing's round 2 for a writer granted with WithFencing, as
@@ -523,7 +495,7 @@ var rwReaderOps = holdOps{
 		return reply == int64(1), err
 	},
 	releaseOwned: func(n *node, ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-		reply, err := n.eval(ctx, deadline, a.lane, &rwRUnlockScript, a.key, a.token)
+		reply, err := n.eval(ctx, deadline, a.lane, &rwRUnlockScript, a.key, a.token, a.channel)
 		return reply == int64(1), err
 	},
 }

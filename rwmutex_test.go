@@ -321,7 +321,7 @@ func TestRWMutexBadInput(t *testing.T) {
 	closed := c.client(t)
 	require.NoError(t, closed.Close())
 	_, err := closed.RWMutex("x").TryRLock(ctx, time.Second)
-	assert.ErrorIs(t, err, redlock.ErrInvalid, "a closed client")
+	assert.ErrorIs(t, err, redlock.ErrClosed, "a closed client")
 }
 
 // The three keys of a lock share one Redis Cluster hash slot whatever the

@@ -95,8 +95,8 @@ func AllowNoFaultTolerance() SemaphoreOption {
 // the Client's key prefix inside it), apart from the keys of a mutex, an
 // RWMutex or an Election on the same key.
 func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) (*Semaphore, error) {
-	if c == nil {
-		return nil, invalid("nil *Client")
+	if err := c.usable(); err != nil {
+		return nil, err
 	}
 	var cfg semaphoreConfig
 	for _, opt := range opts {
@@ -167,7 +167,9 @@ func (s *Semaphore) FaultTolerance() int {
 
 // Acquire takes one permit for ttl. It retries after a pause as Client.Lock
 // does (WithTries, WithRetryDelay, WithRetryStrategy) until it holds a
-// permit, the tries run out, the strategy gives up, or ctx ends.
+// permit, the tries run out, the strategy gives up, ctx ends, or the Client
+// is closed (ErrClosed). While it waits, a release of a permit wakes it for
+// an extra attempt at once, as for Lock (the engine: engine.go).
 //
 // On success the permit is valid until Permit.Until. On failure it returns
 // an error wrapping ErrNotObtained with the per-node causes, plus ctx.Err()
@@ -193,76 +195,49 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 		return nil, errNilSemaphore
 	}
 	c := s.client
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	ttl, err := c.check(ctx, s.key, ttl)
 	if err != nil {
 		return nil, err
 	}
-	if c.closed.Load() {
-		return nil, invalid("%v", errClosed)
+	if err := c.closedErr(); err != nil {
+		return nil, err
 	}
-	// The call's events for an Observer, as Client.Lock sends them.
-	id := c.newID()
-	var began time.Time
-	if c.obs != nil {
-		began = time.Now()
-	}
-	failed := func(try int, err error) (*Permit, error) {
-		return nil, c.notAcquired(ctx, id, s.key, try, began, err)
-	}
-	for try := 1; ; try++ {
-		if c.obs != nil {
-			c.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: s.key, Try: try})
-		}
-		p, err := s.attempt(ctx, ttl, id)
-		_, tokenFailed := err.(*tokenError)
-		switch {
-		case err == nil:
-			if c.obs != nil {
-				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: s.key, Try: try, Wait: time.Since(began),
-					Held: p.Held(), Margin: p.Margin(), Quorum: s.quorum})
+	// The engine's loop (acquireLoop) with the semaphore's attempt and
+	// quorum; a release of the key announces that a slot is free.
+	var won *Permit
+	_, err = c.acquireLoop(ctx, &acquisition{
+		key: s.key, wake: []string{SemaphoreKey(c.keyPrefix + s.key)}, need: s.quorum, tries: tries,
+		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
+			p, held, err := s.attempt(ctx, ttl, a.id)
+			if err != nil {
+				return nil, held, err
 			}
-			return p, nil
-		case tokenFailed:
-			return failed(try, err)
-		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			return failed(try, withCause(err, ctx.Err()))
-		case ctx.Err() != nil || try == tries:
-			return failed(try, err)
-		}
-		// Hopeless once the nodes that refuse the command itself leave fewer
-		// than a quorum (c.hopeless counts them against the majority).
-		if _, n := c.hopeless(err); n > len(c.nodes)-s.quorum {
-			return failed(try, fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no quorum is possible)", err, n, len(c.nodes)))
-		}
-		delay := c.retry.Delay(try)
-		if delay < 0 {
-			return failed(try, err)
-		}
-		if c.obs != nil {
-			c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: s.key, Try: try, Delay: delay, Err: err})
-		}
-		pause := time.NewTimer(delay)
-		select {
-		case <-pause.C:
-		case <-ctx.Done():
-			pause.Stop()
-			return failed(try, withCause(err, ctx.Err()))
-		}
+			won = p
+			return &p.state, 0, nil
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
+	return won, nil
 }
 
 // attempt is one acquisition: the mutex's steps 1 to 4 with the
 // semaphore's script and quorum.
-func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (*Permit, error) {
+func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (*Permit, uint64, error) {
 	c := s.client
 	token, err := c.newToken()
 	if err == nil && token == "" {
 		err = errors.New("empty token")
 	}
 	if err != nil {
-		return nil, &tokenError{err}
+		return nil, 0, &tokenError{err}
 	}
-	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, args: newCmdArgs(SemaphoreKey(c.keyPrefix+s.key), token, ttl, "")}}
+	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, ops: &semHoldOps, need: s.quorum, permits: s.permits,
+		args: newCmdArgs(SemaphoreKey(c.keyPrefix+s.key), token, ttl, c.channel)}}
 	args, permits := &p.state.args, int64(s.permits)
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
@@ -275,7 +250,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 	// seen; a quorum admitted the token fresh, and any two quora share a
 	// node, so the other holder had lost its own quorum by then.)
 	var repeated atomic.Uint64
-	undo := p.removeOp(nil)
+	undo := p.removeOp()
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
@@ -300,20 +275,20 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 		valid: func() bool { return repeated.Load() == 0 && c.clock.Now().Before(until) },
 		// A Release that overtakes an admission in flight undoes it.
 		overtaken: &p.state,
-		// Node events for an Observer, under the call's ID.
+		// Node events for an Observer; the engine reports the call's.
 		kind: observe.OpAcquire, key: s.key, id: id, masks: &args.masks,
 	})
 	if !won {
 		if r := repeated.Load(); r != 0 {
-			return nil, &tokenError{fmt.Errorf("token %q is already a holder's on %d of %d nodes: the token function must return a new token for every attempt (WithTokenFunc)",
+			return nil, 0, &tokenError{fmt.Errorf("token %q is already a holder's on %d of %d nodes: the token function must return a new token for every attempt (WithTokenFunc)",
 				token, bits.OnesCount64(r), len(c.nodes))}
 		}
-		return nil, t.err(ErrNotObtained)
+		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	p.state.held.Store(&args.masks)
 	args.masks.settle() // won
 	p.state.until = until
-	return p, nil
+	return p, 0, nil
 }
 
 // admit sends the acquire script to n: by EVALSHA, and by EVAL if the node
@@ -386,7 +361,7 @@ type Permit struct {
 
 // Value returns the token that marks this permit on each node.
 func (p *Permit) Value() string {
-	if p == nil {
+	if p == nil || p.sem == nil {
 		return ""
 	}
 	return p.state.token
@@ -396,7 +371,7 @@ func (p *Permit) Value() string {
 // permit counts as one of at most K before this instant and not after. It
 // returns the zero Time once Release has begun.
 func (p *Permit) Until() time.Time {
-	if p == nil {
+	if p == nil || p.sem == nil {
 		return time.Time{}
 	}
 	return p.state.Until()
@@ -405,7 +380,7 @@ func (p *Permit) Until() time.Time {
 // Done returns a channel that is closed when the permit's validity ends, or
 // when Release begins; as Lock.Done.
 func (p *Permit) Done() <-chan struct{} {
-	if p == nil {
+	if p == nil || p.sem == nil {
 		return closedChan
 	}
 	return p.state.Done()
@@ -414,7 +389,7 @@ func (p *Permit) Done() <-chan struct{} {
 // Held returns how many nodes admitted the permit's token in its
 // acquisition or latest successful Extend, as far as the permit knows.
 func (p *Permit) Held() int {
-	if p == nil {
+	if p == nil || p.sem == nil {
 		return 0
 	}
 	return p.state.Held()
@@ -426,21 +401,15 @@ func (p *Permit) Held() int {
 // majority. 0 means one node failure from loss. It is 0 for the nil
 // *Permit.
 func (p *Permit) Margin() int {
-	if p == nil {
+	if p == nil || p.sem == nil {
 		return 0
 	}
-	m := p.state.held.Load()
-	if m == nil {
-		return 0
-	}
-	n := len(p.sem.client.nodes)
-	pending := n - bits.OnesCount64(m.answered.Load())
-	return bits.OnesCount64(m.agreed.Load()) + pending - p.sem.quorum
+	return p.state.Margin() // the Lock's need is the semaphore's quorum
 }
 
 // Key returns the semaphore's key.
 func (p *Permit) Key() string {
-	if p == nil {
+	if p == nil || p.sem == nil {
 		return ""
 	}
 	return p.sem.key
@@ -453,18 +422,27 @@ func (p *Permit) Key() string {
 // questions.
 func (p *Permit) Token() uint64 { return 0 }
 
-// removeOp returns the node operation that removes the permit's token: the
-// undo of a lost acquisition (p.state's bookkeeping unused, mark nil), or
-// one node's part of Release (mark records what it proved).
-func (p *Permit) removeOp(mark func(n *node, removed bool, err error) bool) nodeOp {
+// removeOp returns the node operation that removes the permit's token:
+// the undo of a lost acquisition.
+func (p *Permit) removeOp() nodeOp {
 	args := &p.state.args
 	return func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-		reply, err := n.eval(ctx, deadline, args.lane, &semReleaseScript, args.key, args.token)
-		if mark == nil {
-			return err == nil, err
-		}
-		return mark(n, reply == int64(1), err), err
+		_, err := n.eval(ctx, deadline, args.lane, &semReleaseScript, args.key, args.token, args.channel)
+		return err == nil, err
 	}
+}
+
+// semHoldOps hold a permit's token in the semaphore's set: the engine's
+// keep and release (Lock.extend, Lock.unlock) with the semaphore's scripts.
+var semHoldOps = holdOps{
+	extend: func(n *node, ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+		reply, err := n.eval(ctx, deadline, a.lane, &semExtendScript, a.key, a.token, a.ttl)
+		return reply == int64(1), err
+	},
+	releaseOwned: func(n *node, ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+		reply, err := n.eval(ctx, deadline, a.lane, &semReleaseScript, a.key, a.token, a.channel)
+		return reply == int64(1), err
+	},
 }
 
 // Extend makes the permit's token live at least ttl from now on every node
@@ -472,64 +450,17 @@ func (p *Permit) removeOp(mark func(n *node, removed bool, err error) bool) node
 // so while both the old validity window and the new one were open; the new
 // one runs to start+ttl−drift, start being when Extend began. The paths are
 // those of Lock.Extend, with the semaphore's quorum in place of the
-// majority: ErrExpired if the validity had passed or the permit was
-// released, an error wrapping ErrNotObtained if no quorum extended in time
+// majority: ErrExpired if the validity had passed, ErrReleased if the
+// permit was released, ErrClosed on a closed Client, an error wrapping
+// ErrNotObtained if no quorum extended in time
 // (Until then becomes the earlier of the old and the new deadline), and
 // ErrLockLost with it when so many nodes no longer hold the token that
 // fewer than a quorum can. Extend takes at most one node timeout.
 func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
-	if p == nil {
+	if p == nil || p.sem == nil {
 		return errNilPermit
 	}
-	s, l := p.sem, &p.state
-	c := s.client
-	ttl, err := c.check(ctx, s.key, ttl)
-	if err != nil {
-		return err
-	}
-	start := c.clock.Now()
-	old := l.Until()
-	if !start.Before(old) {
-		return ErrExpired
-	}
-	until := validUntil(start, ttl, c.driftFactor)
-	args := &cmdArgs{key: l.args.key, token: l.args.token, ttl: ttl.Milliseconds(), lane: l.args.lane}
-	won, t := c.fanout(ctx, round{
-		need: s.quorum,
-		kind: observe.OpExtend, key: s.key, id: c.newID(), masks: &args.masks,
-		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			reply, err := n.eval(ctx, deadline, args.lane, &semExtendScript, args.key, args.token, args.ttl)
-			return reply == int64(1), err
-		},
-		valid: func() bool { now := c.clock.Now(); return now.Before(until) && now.Before(old) },
-	})
-
-	// The verdict, as Lock.extend gives it.
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.until.IsZero(): // released while extending
-		return ErrExpired
-	case won && !c.clock.Now().Before(l.until):
-		return ErrExpired // Until never moves forward once it has passed
-	case won:
-		l.setUntilLocked(until)
-		l.held.Store(&args.masks)
-		args.masks.settle()
-		return nil
-	default:
-		if until.Before(l.until) {
-			l.setUntilLocked(until)
-		}
-		if t.late && !c.clock.Now().Before(old) {
-			return aggregate(ErrExpired, t.causes)
-		}
-		if t.lost() && c.clock.Now().Before(old) {
-			return aggregate(fmt.Errorf("%w: %w: the permit's token is gone from %d of %d nodes, so fewer than the quorum of %d can hold it",
-				ErrNotObtained, ErrLockLost, t.refused(), t.n, t.quorum), t.causes)
-		}
-		return t.err(ErrNotObtained)
-	}
+	return p.state.Extend(ctx, ttl)
 }
 
 // Release gives the permit back: it removes the permit's token on every
@@ -549,63 +480,21 @@ func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
 //     gone (expired early, evicted, lost in a restart) that fewer than a
 //     quorum can have held it: an error wrapping ErrLockLost, because the
 //     permit may not have been one of at most K.
-//   - Too few nodes answered: an error with the per-node causes; the token
-//     expires on the silent nodes at its ttl, and Release may be called again.
+//   - Too few nodes answered: an error saying so, with the per-node causes
+//     and ctx.Err() if ctx had ended; the token expires on the silent nodes
+//     at its ttl, and Release may be called again.
 //   - The validity had already passed: the removal is still sent, but
 //     Release returns ErrExpired.
+//   - An earlier Release was confirmed: ErrReleased; the removal is sent
+//     again all the same.
 //
+// The removal is always sent, whatever ctx says, on a closed Client too.
 // Release takes at most one node timeout.
 func (p *Permit) Release(ctx context.Context) error {
-	if p == nil {
+	if p == nil || p.sem == nil {
 		return errNilPermit
 	}
-	if ctx == nil {
-		return invalid("nil context")
-	}
-	s, l := p.sem, &p.state
-	c := s.client
-	l.letGo() // see Lock.unlock
-	l.mu.Lock()
-	expired := l.released || (!l.until.IsZero() && !c.clock.Now().Before(l.until))
-	until := l.until
-	l.setUntilLocked(time.Time{})
-	l.mu.Unlock()
-	n := len(c.nodes)
-	won, t := c.fanout(ctx, round{
-		need: s.quorum,
-		kind: observe.OpRelease, key: s.key, id: c.newID(),
-		// The evidence rule of Lock.unlock: a refusal proves a loss only if
-		// it came from the node's first removal, before validity ended.
-		op: p.removeOp(func(nd *node, removed bool, err error) bool {
-			bit := uint64(1) << nd.index
-			first := l.unsure.Load()&bit == 0
-			switch {
-			case removed:
-				l.deleted.Or(bit)
-			case err != nil:
-				l.unsure.Or(bit)
-			case first && !until.IsZero() && c.clock.Now().Before(until):
-				l.evidence.Or(bit)
-			}
-			return err == nil && (l.deleted.Load()&bit != 0 || l.evidence.Load()&bit == 0)
-		}),
-	})
-	if won {
-		l.mu.Lock()
-		l.released = true
-		l.mu.Unlock()
-	}
-	gone := bits.OnesCount64(l.evidence.Load())
-	switch {
-	case expired:
-		return aggregate(ErrExpired, t.causes)
-	case !won && gone > n-s.quorum:
-		return aggregate(fmt.Errorf("%w: the permit's token was gone from %d of %d nodes at release, before its validity ended: it may not have been one of at most %d",
-			ErrLockLost, gone, n, s.permits), t.causes)
-	case !won:
-		return t.err(errNotReleased)
-	}
-	return nil
+	return p.state.Unlock(ctx)
 }
 
 // errNilSemaphore is what a nil *Semaphore's calls return.

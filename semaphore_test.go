@@ -89,6 +89,25 @@ func mustSemaphore(t testing.TB, c *redlock.Client, key string, k int, opts ...r
 	return s
 }
 
+// acquireOn makes the semaphore of key on c and acquires one permit: the
+// constructor's error, or Acquire's.
+func acquireOn(ctx context.Context, c *redlock.Client, key string, k int, ttl time.Duration) (*redlock.Permit, error) {
+	s, err := c.Semaphore(key, k)
+	if err != nil {
+		return nil, err
+	}
+	return s.Acquire(ctx, ttl)
+}
+
+// tryAcquireOn is acquireOn with TryAcquire.
+func tryAcquireOn(ctx context.Context, c *redlock.Client, key string, k int, ttl time.Duration) (*redlock.Permit, error) {
+	s, err := c.Semaphore(key, k)
+	if err != nil {
+		return nil, err
+	}
+	return s.TryAcquire(ctx, ttl)
+}
+
 // Impossible configurations fail with ErrInvalid when the semaphore is
 // made, and bad arguments from the first call that sees them, before any
 // network call.
@@ -113,7 +132,7 @@ func TestSemaphoreInvalid(t *testing.T) {
 		{"K=2 on N=3 tolerates no failure", newCluster(t, 3).client(t), "s", 2, nil, "at least 4 tolerate one failure"},
 		{"nil option", client, "s", 2, []redlock.SemaphoreOption{nil}, "nil semaphore option"},
 		{"empty key", client, "", 2, nil, "empty key"},
-		{"nil client", nil, "s", 2, nil, "nil *Client"},
+		{"nil client", nil, "s", 2, nil, "nil or zero *Client"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := tc.client.Semaphore(tc.key, tc.permits, tc.opts...)
@@ -189,7 +208,7 @@ func TestSemaphoreInvalid(t *testing.T) {
 	// A closed Client.
 	require.NoError(t, client.Close())
 	_, err = mustSemaphore(t, client, "s", 2).TryAcquire(ctx, time.Second)
-	require.ErrorIs(t, err, redlock.ErrInvalid)
+	require.ErrorIs(t, err, redlock.ErrClosed)
 }
 
 // K permits are granted and the next is refused; a release frees one; and
@@ -398,8 +417,8 @@ func TestSemaphoreNonHolder(t *testing.T) {
 
 	// A released permit is no longer held: it cannot be extended.
 	require.NoError(t, a.Release(ctx))
-	require.ErrorIs(t, a.Extend(ctx, time.Minute), redlock.ErrExpired)
-	require.ErrorIs(t, a.Release(ctx), redlock.ErrExpired, "a second Release")
+	require.ErrorIs(t, a.Extend(ctx, time.Minute), redlock.ErrReleased)
+	require.ErrorIs(t, a.Release(ctx), redlock.ErrReleased, "a second Release")
 }
 
 // Extend never shortens a token's expiry, lengthens it when asked for more,

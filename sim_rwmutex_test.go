@@ -329,6 +329,9 @@ func runRWSchedule(t *testing.T, cfg simConfig, variant rwVariant) rwRun {
 		wg.Wait()
 		for _, c := range clients {
 			c.calls.Wait()
+			if err := c.Close(); err != nil { // ends the release subscriptions (wake.go)
+				t.Errorf("Close: %v", err)
+			}
 		}
 		w.wires.Wait()
 		run.violations = append(run.violations, broken...)

@@ -288,6 +288,9 @@ func runSemSchedule(t *testing.T, cfg semSimConfig) semSimRun {
 		wg.Wait()
 		for _, c := range clients {
 			c.calls.Wait()
+			if err := c.Close(); err != nil { // ends the release subscriptions (wake.go)
+				t.Errorf("Close: %v", err)
+			}
 		}
 		w.wires.Wait()
 		run.violations = append(run.violations, broken...)

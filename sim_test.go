@@ -690,7 +690,9 @@ func runSchedule(t *testing.T, cfg simConfig) simRun {
 			if err != nil {
 				t.Fatal(err)
 			}
-			client.unsafeNoticeVotes = cfg.noticeVotes
+			if cfg.noticeVotes {
+				unsafeNoticeVotes(t, client)
+			}
 			clients = append(clients, client)
 			for k := range cfg.workers {
 				id := c*cfg.workers + k

@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"math/bits"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,10 +112,10 @@ func newWaker(c *Client, channel string) *waker {
 	return &waker{client: c, channel: channel, waiting: make(map[string][]*waiter)}
 }
 
-// A waiter is one waiting Lock call.
+// A waiter is one waiting acquisition (acquireLoop), of any primitive.
 type waiter struct {
-	key  string
-	need int // the quorum
+	keys []string // the node keys whose release may free it
+	need int      // the quorum
 
 	// mu makes each of arm, settle and notify atomic, so that an
 	// announcement for one attempt cannot leave a wake-up for the next.
@@ -127,16 +126,20 @@ type waiter struct {
 	wake    chan struct{} // one slot: a wake-up is pending
 }
 
-// register adds a waiter for key and opens the subscriptions if they are
-// not open. It returns nil once the Client is closed.
-func (w *waker) register(key string, need int) *waiter {
-	wt := &waiter{key: key, need: need, wake: make(chan struct{}, 1)}
+// register adds a waiter for keys, the node keys (with the Client's
+// prefix, as the release scripts announce them), and opens the
+// subscriptions if they are not open. It returns nil once the Client is
+// closed.
+func (w *waker) register(keys []string, need int) *waiter {
+	wt := &waiter{keys: keys, need: need, wake: make(chan struct{}, 1)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return nil
 	}
-	w.waiting[key] = append(w.waiting[key], wt)
+	for _, key := range keys {
+		w.waiting[key] = append(w.waiting[key], wt)
+	}
 	w.count++
 	if w.idle != nil {
 		w.idle.Stop()
@@ -153,19 +156,21 @@ func (w *waker) register(key string, need int) *waiter {
 func (w *waker) unregister(wt *waiter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ws := w.waiting[wt.key]
-	for i, x := range ws {
-		if x == wt {
-			ws[i] = ws[len(ws)-1]
-			ws[len(ws)-1] = nil
-			ws = ws[:len(ws)-1]
-			break
+	for _, key := range wt.keys {
+		ws := w.waiting[key]
+		for i, x := range ws {
+			if x == wt {
+				ws[i] = ws[len(ws)-1]
+				ws[len(ws)-1] = nil
+				ws = ws[:len(ws)-1]
+				break
+			}
 		}
-	}
-	if len(ws) == 0 {
-		delete(w.waiting, wt.key)
-	} else {
-		w.waiting[wt.key] = ws
+		if len(ws) == 0 {
+			delete(w.waiting, key)
+		} else {
+			w.waiting[key] = ws
+		}
 	}
 	w.count--
 	if w.count == 0 && w.stop != nil && !w.closed {
@@ -293,44 +298,6 @@ func (wt *waiter) check() {
 		select {
 		case wt.wake <- struct{}{}:
 		default:
-		}
-	}
-}
-
-// pause waits, after a failed attempt, until next (the next timed attempt),
-// ctx's end, or a wake-up followed by a stagger drawn from [0, stagger). It
-// reports whether a wake-up ended it.
-func pause(ctx context.Context, wt *waiter, next time.Time, stagger time.Duration) (woken bool, err error) {
-	timer := time.NewTimer(time.Until(next))
-	defer timer.Stop()
-	var wake <-chan struct{}
-	if wt != nil {
-		wake = wt.wake
-	}
-	for {
-		select {
-		case <-timer.C:
-			return false, nil
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-wake:
-			var d time.Duration
-			if stagger > 0 {
-				d = rand.N(stagger)
-			}
-			if d >= time.Until(next) {
-				wake = nil // the timed attempt comes first
-				continue
-			}
-			if d > 0 {
-				timer.Reset(d) // Go 1.23 timers: no stale value to drain
-				select {
-				case <-timer.C:
-				case <-ctx.Done():
-					return false, ctx.Err()
-				}
-			}
-			return true, nil
 		}
 	}
 }

@@ -18,7 +18,7 @@ func woke(wt *waiter) bool {
 // make a majority possible, and only for an announcement from a node it did
 // not hold: its own undo announces on those.
 func TestWaiterWakesOnAMajority(t *testing.T) {
-	wt := &waiter{key: "k", need: 3, wake: make(chan struct{}, 1)}
+	wt := &waiter{keys: []string{"k"}, need: 3, wake: make(chan struct{}, 1)}
 	wt.arm()
 	wt.notify(0) // the attempt is still running: nothing is known yet
 	if woke(wt) {

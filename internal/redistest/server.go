@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,6 +106,14 @@ func (s *Server) Stop() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 }
+
+// Freeze stops the process with SIGSTOP: it keeps its connections and
+// answers nothing, as a paused or deadlocked master does, until Thaw. Stop
+// kills a frozen server too.
+func (s *Server) Freeze() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server with SIGCONT.
+func (s *Server) Thaw() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Log returns what the server printed so far, for failure messages.
 func (s *Server) Log() string { return s.out.String() }

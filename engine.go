@@ -1,0 +1,370 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quorumlock/redlock/observe"
+)
+
+// The engine: one acquire loop, one release and one keep loop for every
+// primitive.
+//
+// The mutex, the RW lock's readers and writers, the semaphore and election
+// differ only in their scripts and their quorum. What a caller counts on,
+// which docs/engine.md states as the engine's promises, is written here once:
+//
+//   - acquire (acquireLoop): attempts, the RetryStrategy's pauses, wake-up
+//     on release (wake.go) with its stagger and its cap, and Close. A
+//     primitive supplies one attempt (its steps 1 to 4), the node keys whose
+//     release may free it, and its quorum.
+//   - keep (Lock.extend, Client.keep): Extend with the primitive's script and
+//     quorum; Do's extension loop; re-seeding for the mutex.
+//   - release (Lock.unlock): always sent, whatever the caller's ctx, within
+//     one node timeout; the error tells the truth.
+//
+// A holder of any primitive is a *Lock, or (a Permit) wraps one, so that
+// validity, Done and the overtaking rules are the same code for all.
+
+// An acquisition is what a primitive gives acquireLoop.
+type acquisition struct {
+	key   string   // the key as the caller gave it: events and errors
+	wake  []string // node keys whose release announcements may free it
+	need  int      // nodes an attempt needs; 0: the Client's majority
+	tries int
+
+	// attempt makes one attempt. pause is how long the next timed attempt
+	// is away if this one fails (negative: none follows), so that a
+	// writer's intent mark can last until then. It returns the nodes that
+	// agreed before a failed attempt let them go (wake.go).
+	attempt func(ctx context.Context, a attemptInfo) (*Lock, uint64, error)
+
+	// giveUp, if set, runs once the loop has given up (the RW writer's
+	// intent mark).
+	giveUp func(ctx context.Context)
+}
+
+// attemptInfo is what one attempt learns from the loop.
+type attemptInfo struct {
+	id    uint64
+	woken bool
+	pause time.Duration
+
+	// wrap, if set, wraps the attempt's node operations: nil in every real
+	// use; only testHookWokenOp sets it (TestSimulationCatchesNoticeVotes).
+	wrap func(nodeOp) nodeOp
+}
+
+// testHookWokenOp, if set, is asked before each woken attempt of client c
+// for a wrapper of its node operations, given the nodes that announced a
+// release since the attempt before. The simulation's unsafe variant uses
+// it to count announcements as votes; production code never sets it, and
+// it costs one atomic load per woken attempt.
+var testHookWokenOp atomic.Pointer[func(c *Client, announced uint64) func(nodeOp) nodeOp]
+
+// ErrClosed reports a call on a Client that Close has closed, or a call
+// that Close ended while it waited.
+var ErrClosed = errors.New("redlock: client closed")
+
+// errNilClient is what every method of a nil or zero *Client returns.
+var errNilClient = invalid("nil or zero *Client: make one with New")
+
+// usable reports whether c can be used at all: not nil, made by New.
+func (c *Client) usable() error {
+	if c == nil || c.closing == nil {
+		return errNilClient
+	}
+	return nil
+}
+
+// closedErr is what a call begun after Close returns.
+func (c *Client) closedErr() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// acquireLoop runs a's attempts until one wins, as Client.Lock documents:
+//   - a timed attempt, then a pause drawn from the RetryStrategy before the
+//     attempt (so that an attempt knows how long it must mark its wait);
+//     a negative draw, or the last of a.tries, ends the loop when the
+//     attempt fails;
+//   - during a pause, a wake-up (a release announced on enough nodes; see
+//     wake.go) starts a woken attempt after its stagger; woken attempts do
+//     not count as tries, and in one pause each starts at least rtt×2^k
+//     after the one before (k the woken attempts so far in the pause), so
+//     that announcements that are not ours (forged, or from another
+//     database) add at most 1+log2(pause/rtt) attempts per pause;
+//   - a failure that is not contention (a token that cannot be made, or so
+//     many nodes refusing the command itself that no quorum is possible)
+//     ends it at once;
+//   - ctx's end, or Close, ends the pause at once, and the loop returns
+//     the last attempt's error with ctx.Err() or ErrClosed;
+//   - an attempt that wins after Close was called is released and reported
+//     as ErrClosed: a closed Client hands out nothing.
+func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error) {
+	need := a.need
+	if need == 0 {
+		need = c.quorum
+	}
+	var began time.Time
+	id := c.newID()
+	if c.obs != nil {
+		began = time.Now()
+	}
+	var (
+		wt      *waiter       // set once the loop waits, if the nodes can announce releases
+		next    time.Time     // when the next timed attempt is due
+		delay   time.Duration // the pause after the current timed attempt
+		woken   bool          // this attempt was started by a wake-up
+		splits  int           // woken attempts in a row that divided the vote
+		inPause int           // woken attempts since the last timed one
+		gapEnd  time.Time     // no woken attempt starts before this (the cap)
+		waiting time.Time     // when the first attempt was sent
+		last    error         // the last attempt's error
+	)
+	defer func() {
+		if wt != nil {
+			c.wake.unregister(wt)
+		}
+	}()
+	giveUp := func(try int, err error) (*Lock, error) {
+		if a.giveUp != nil {
+			a.giveUp(ctx)
+		}
+		return nil, c.notAcquired(ctx, id, a.key, try, began, err)
+	}
+	for try := 1; ; {
+		label := try // a woken attempt counts as part of the timed one before it
+		if woken {
+			label--
+		}
+		if c.closed.Load() {
+			if last == nil {
+				return giveUp(label, ErrClosed)
+			}
+			return giveUp(label, withCause(last, ErrClosed))
+		}
+		info := attemptInfo{id: id, woken: woken}
+		if wt != nil {
+			announced := wt.arm()
+			if hook := testHookWokenOp.Load(); hook != nil && woken {
+				info.wrap = (*hook)(c, announced)
+			}
+		}
+		if woken {
+			info.pause = time.Until(next)
+		} else {
+			delay = -1
+			if try < a.tries {
+				delay = c.retry.Delay(try)
+			}
+			info.pause = delay
+		}
+		if c.obs != nil {
+			c.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: a.key, Try: label, Woken: woken})
+		}
+		sent := time.Now()
+		if waiting.IsZero() {
+			waiting = sent
+		}
+		l, held, err := a.attempt(ctx, info)
+		rtt := time.Since(sent)
+		_, tokenFailed := err.(*tokenError) // as attempts return it; errors.As would allocate
+		switch {
+		case err == nil && c.closed.Load():
+			// Won after Close began: let it go again, so that Close
+			// leaves nothing held (within the bound Close states).
+			_ = l.unlock(ctx, 0)
+			return giveUp(label, fmt.Errorf("%w: the acquisition won after Close and was released", ErrClosed))
+		case err == nil:
+			if c.obs != nil {
+				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: a.key, Try: label, Woken: woken, Wait: time.Since(began),
+					Held: l.Held(), Margin: l.Margin(), Quorum: need, Token: l.fence})
+			}
+			return l, nil
+		case tokenFailed:
+			return giveUp(label, err) // not contention: no retry
+		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+			return giveUp(label, withCause(err, ctx.Err()))
+		case ctx.Err() != nil || (!woken && delay < 0):
+			return giveUp(label, err)
+		}
+		last = err
+		if hopeless, n := c.hopeless(err, need); hopeless {
+			return giveUp(label, fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no quorum of %d is possible)",
+				err, n, len(c.nodes), need))
+		}
+		switch {
+		case !woken:
+			next = time.Now().Add(delay)
+			if c.obs != nil {
+				c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: try, Delay: delay, Held: bits.OnesCount64(held), Err: err})
+			}
+			try++
+			inPause, gapEnd = 0, time.Time{}
+			if wt == nil && c.wake != nil && len(a.wake) > 0 {
+				wt = c.wake.register(a.wake, need)
+			}
+		case held != 0:
+			splits++ // this woken attempt held some nodes and still lost
+		default:
+			splits = 0
+		}
+		if woken {
+			// The cap: the next woken attempt of this pause waits twice as
+			// long as the last one did after the attempt before it.
+			inPause++
+			gapEnd = sent.Add(max(rtt, time.Microsecond) << min(inPause, 30))
+			if c.obs != nil {
+				c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: label, Woken: true, Delay: time.Until(next),
+					Held: bits.OnesCount64(held), Err: err})
+			}
+		}
+		if wt != nil {
+			wt.settle(held)
+		}
+		var cause error
+		woken, cause = c.pause(ctx, wt, next, staggerFor(rtt, time.Since(waiting), splits), gapEnd)
+		if cause != nil {
+			return giveUp(try-1, withCause(err, cause))
+		}
+	}
+}
+
+// pause waits, after a failed attempt, until next (the next timed attempt),
+// ctx's end, Close, or a wake-up followed by a stagger drawn from [0,
+// stagger) and, if later, until gapEnd (the cap on woken attempts). It
+// reports whether a wake-up ended it; err is ctx.Err() or ErrClosed.
+func (c *Client) pause(ctx context.Context, wt *waiter, next time.Time, stagger time.Duration, gapEnd time.Time) (woken bool, err error) {
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	var wake <-chan struct{}
+	if wt != nil {
+		wake = wt.wake
+	}
+	for {
+		select {
+		case <-timer.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-c.closing:
+			return false, ErrClosed
+		case <-wake:
+			d := max(time.Duration(0), time.Until(gapEnd))
+			if stagger > 0 {
+				d = max(d, rand.N(stagger))
+			}
+			if d >= time.Until(next) {
+				wake = nil // the timed attempt comes first
+				continue
+			}
+			if d > 0 {
+				timer.Reset(d) // Go 1.23 timers: no stale value to drain
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+					return false, ctx.Err()
+				case <-c.closing:
+					return false, ErrClosed
+				}
+			}
+			return true, nil
+		}
+	}
+}
+
+// releaseRound sends a release round (r) whatever ctx says: detached from
+// ctx's cancellation and deadline, each node within one node timeout from
+// now, as fanout bounds it. A release skipped because the caller's ctx had
+// ended would leave the key for a whole ttl on every node while the
+// holder believes it let go. If the round is lost and ctx has ended, ctx's
+// error joins the causes, so that the caller learns both.
+func (c *Client) releaseRound(ctx context.Context, r round) (bool, tally) {
+	won, t := c.fanout(context.WithoutCancel(ctx), r)
+	if err := ctxEnded(ctx); !won && err != nil {
+		t.causes = append(t.causes, err)
+	}
+	return won, t
+}
+
+// A closers is the set of holders that Close must end: leaderships and Do
+// loops, each with the function that ends it (stop keeping, release).
+type closers struct {
+	mu    sync.Mutex
+	next  int
+	funcs map[int]func()
+}
+
+// onClose registers f to run when Close is called, and returns the function
+// that removes it. If Close has begun, it registers nothing and returns
+// ok false: the caller must end its holder itself.
+func (c *Client) onClose(f func()) (remove func(), ok bool) {
+	r := &c.closers
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c.closed.Load() {
+		return nil, false
+	}
+	if r.funcs == nil {
+		r.funcs = make(map[int]func())
+	}
+	id := r.next
+	r.next++
+	r.funcs[id] = f
+	return func() {
+		r.mu.Lock()
+		delete(r.funcs, id)
+		r.mu.Unlock()
+	}, true
+}
+
+// startClose marks c closed, wakes every waiting call, and starts every
+// registered closer, counted among the node calls that Close waits for. It
+// reports whether this was the first Close.
+func (c *Client) startClose() bool {
+	r := &c.closers
+	r.mu.Lock()
+	first := !c.closed.Load()
+	c.closed.Store(true)
+	funcs := r.funcs
+	r.funcs = nil
+	if first {
+		close(c.closing)
+	}
+	r.mu.Unlock()
+	for _, f := range funcs {
+		c.calls.Add(1)
+		go func() {
+			defer c.calls.Done()
+			f()
+		}()
+	}
+	return first
+}
+
+// A causeErr is an error with a message of its own that wraps several
+// sentinels, so that errors.Is finds each while the message says it once.
+type causeErr struct {
+	msg  string
+	errs []error
+}
+
+func (e *causeErr) Error() string   { return e.msg }
+func (e *causeErr) Unwrap() []error { return e.errs }
+
+// errClosedWhileHeld is the cause of a hold (Do's fn context, a
+// Leadership) that Close ended: the lock was released, so the holder is no
+// longer protected (ErrLockLost) because the client closed (ErrClosed).
+var errClosedWhileHeld error = &causeErr{
+	msg:  "redlock: lock lost: the client was closed, and released it",
+	errs: []error{ErrLockLost, ErrClosed},
+}

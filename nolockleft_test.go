@@ -1,0 +1,678 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/redistest"
+)
+
+// Issue 23, "no lock left behind": a release is never skipped, Close ends
+// what runs, every waiter wakes, and every bound holds, for every primitive
+// (engine.go).
+
+// A holder is one primitive's held lease, with its release, and a probe
+// that another client can run to see whether the lease is free again.
+type holder struct {
+	name    string
+	acquire func(ctx context.Context, c *redlock.Client) (release func(context.Context) error, err error)
+	free    func(ctx context.Context, c *redlock.Client) error // nil once the lease is free
+}
+
+func holders() []holder {
+	return []holder{
+		{"mutex",
+			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
+				l, err := c.Lock(ctx, "left:mutex", time.Minute)
+				return l.Unlock, err
+			},
+			func(ctx context.Context, c *redlock.Client) error {
+				l, err := c.TryLock(ctx, "left:mutex", time.Minute)
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				return err
+			}},
+		{"permit",
+			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
+				p, err := acquireOn(ctx, c, "left:sem", 1, time.Minute)
+				return p.Release, err
+			},
+			func(ctx context.Context, c *redlock.Client) error {
+				p, err := tryAcquireOn(ctx, c, "left:sem", 1, time.Minute)
+				if err == nil {
+					err = p.Release(ctx)
+				}
+				return err
+			}},
+		{"reader",
+			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
+				l, err := c.RWMutex("left:rw").RLock(ctx, time.Minute)
+				return l.Unlock, err
+			},
+			func(ctx context.Context, c *redlock.Client) error {
+				l, err := c.RWMutex("left:rw").TryLock(ctx, time.Minute)
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				return err
+			}},
+		{"writer",
+			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
+				l, err := c.RWMutex("left:rw2").Lock(ctx, time.Minute)
+				return l.Unlock, err
+			},
+			func(ctx context.Context, c *redlock.Client) error {
+				l, err := c.RWMutex("left:rw2").TryRLock(ctx, time.Minute)
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				return err
+			}},
+		{"leadership",
+			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
+				ld, err := c.Election("left:elect", redlock.WithElectionTTL(time.Minute)).Campaign(ctx, "v")
+				return ld.Resign, err
+			},
+			func(ctx context.Context, c *redlock.Client) error {
+				l, err := c.TryLock(ctx, "left:elect", time.Minute)
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				return err
+			}},
+	}
+}
+
+// A release with a ctx that has ended (defer l.Unlock(ctx) after the
+// request's context was cancelled) is still sent: the lease is free at
+// once for another client. A second release says "already released", not
+// "expired".
+func TestRealReleaseWithEndedContext(t *testing.T) {
+	addrs := realNodes(t, 3)
+	owner, other := realClient(t, addrs), realClient(t, addrs)
+	for _, h := range holders() {
+		t.Run(h.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			release, err := h.acquire(ctx, owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			redlock.Settle(owner)
+			cancel()
+			if err := release(ctx); err != nil {
+				t.Fatalf("release with an ended ctx: %v", err)
+			}
+			if err := h.free(context.Background(), other); err != nil {
+				t.Fatalf("the lease is still held after its release: %v", err)
+			}
+			err = release(context.Background())
+			if h.name == "leadership" {
+				if !errors.Is(err, redlock.ErrNotLeader) {
+					t.Errorf("second Resign = %v, want ErrNotLeader", err)
+				}
+				return
+			}
+			if !errors.Is(err, redlock.ErrReleased) || errors.Is(err, redlock.ErrExpired) {
+				t.Errorf("second release = %v, want ErrReleased and not ErrExpired", err)
+			}
+		})
+	}
+}
+
+// A release that no majority confirms says so, and wraps the ctx error of
+// a caller whose ctx had ended; it still takes one node timeout at most.
+func TestRealUnconfirmedReleaseWrapsContext(t *testing.T) {
+	servers := redistest.StartN(t, 2)
+	frozen := redistest.StartFrozen(t)
+	const timeout = 300 * time.Millisecond
+	c := realClient(t, []string{servers[0].Addr, servers[1].Addr, frozen.Addr()}, redlock.WithNodeTimeout(timeout))
+	l, err := c.Lock(context.Background(), "left:unconfirmed", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[1].Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	err = l.Unlock(ctx)
+	took := time.Since(start)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "release not confirmed") {
+		t.Errorf("Unlock = %v, want a release not confirmed, with context.Canceled", err)
+	}
+	if took > timeout+500*time.Millisecond {
+		t.Errorf("Unlock took %v, want at most one node timeout (%v)", took, timeout)
+	}
+	conn := realConn(t, servers[0].Addr)
+	if v := realGet(t, conn, "left:unconfirmed"); v != "" {
+		t.Errorf("node 0 still holds %q: the release was not sent", v)
+	}
+}
+
+// Close wakes every waiting call of every primitive at once, with ErrClosed;
+// their next timed attempt was a minute away.
+func TestRealCloseEndsWaitingCalls(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	owner := realClient(t, addrs)
+	waiter := realClient(t, addrs, redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)), redlock.WithWakeUp(false))
+	var calls []func() error
+	for _, h := range holders() {
+		release, err := h.acquire(ctx, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = release(ctx) })
+		wait := func() error { _, err := h.acquire(ctx, waiter); return err }
+		switch h.name { // readers share: a writer waits for a reader, a reader for a writer
+		case "reader":
+			wait = func() error { _, err := waiter.RWMutex("left:rw").Lock(ctx, time.Minute); return err }
+		case "writer":
+			wait = func() error { _, err := waiter.RWMutex("left:rw2").RLock(ctx, time.Minute); return err }
+		}
+		calls = append(calls, wait)
+	}
+	done := make(chan error, len(calls))
+	for _, call := range calls {
+		go func() { done <- call() }()
+	}
+	time.Sleep(300 * time.Millisecond) // each has made its first attempt and waits
+	start := time.Now()
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range calls {
+		select {
+		case err := <-done:
+			if !errors.Is(err, redlock.ErrClosed) {
+				t.Errorf("a waiting call ended with %v, want ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a waiting call still waits %v after Close", time.Since(start))
+		}
+	}
+}
+
+// Close resigns leaderships and ends Do loops: Done closes, the cause says
+// the client closed, and the keys are free for others at once. Every later
+// call fails with ErrClosed, Ping included; a release still goes out.
+func TestRealCloseEndsHolds(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	c, other := realClient(t, addrs), realClient(t, addrs)
+	ld, err := c.Election("close:elect", redlock.WithElectionTTL(time.Minute)).Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := c.Lock(ctx, "close:held", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFn := make(chan struct{})
+	doErr := make(chan error, 1)
+	var cause atomic.Value
+	go func() {
+		doErr <- c.Do(ctx, "close:do", time.Minute, func(ctx context.Context) error {
+			close(inFn)
+			<-ctx.Done()
+			cause.Store(context.Cause(ctx))
+			return ctx.Err()
+		})
+	}()
+	<-inFn
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ld.Done():
+	default:
+		t.Error("the leadership's Done is open after Close")
+	}
+	if err := ld.Err(); !errors.Is(err, redlock.ErrClosed) {
+		t.Errorf("leadership Err = %v, want ErrClosed", err)
+	}
+	select {
+	case err := <-doErr:
+		if !errors.Is(err, redlock.ErrClosed) || !errors.Is(err, redlock.ErrLockLost) {
+			t.Errorf("Do = %v, want ErrClosed and ErrLockLost", err)
+		}
+		if c, _ := cause.Load().(error); !errors.Is(c, redlock.ErrClosed) {
+			t.Errorf("fn's cause = %v, want ErrClosed", c)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Do still runs after Close")
+	}
+	for _, key := range []string{"close:elect", "close:do"} {
+		l, err := other.TryLock(ctx, key, time.Minute)
+		if err != nil {
+			t.Errorf("%s is still held after Close: %v", key, err)
+			continue
+		}
+		_ = l.Unlock(ctx)
+	}
+
+	// Every later call fails the same way.
+	for name, err := range map[string]error{
+		"TryLock":     func() error { _, err := c.TryLock(ctx, "x", time.Second); return err }(),
+		"Lock":        func() error { _, err := c.Lock(ctx, "x", time.Second); return err }(),
+		"Do":          c.Do(ctx, "x", time.Second, func(context.Context) error { return nil }),
+		"Ping":        func() error { _, err := c.Ping(ctx); return err }(),
+		"Acquire":     func() error { _, err := acquireOn(ctx, c, "x", 1, time.Second); return err }(),
+		"RLock":       func() error { _, err := c.RWMutex("x").RLock(ctx, time.Second); return err }(),
+		"Campaign":    func() error { _, err := c.Election("y").Campaign(ctx, "v"); return err }(),
+		"Leader":      func() error { _, err := c.Election("y").Leader(ctx); return err }(),
+		"Observe":     func() error { _, err := c.Election("y").Observe(ctx); return err }(),
+		"Extend":      held.Extend(ctx, time.Minute),
+		"Close again": c.Close(),
+	} {
+		if name == "Close again" {
+			if err != nil {
+				t.Errorf("a second Close: %v", err)
+			}
+			continue
+		}
+		if !errors.Is(err, redlock.ErrClosed) {
+			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
+		}
+	}
+	// A release is never refused.
+	if err := held.Unlock(ctx); err != nil {
+		t.Errorf("Unlock after Close: %v", err)
+	}
+	if _, err := other.TryLock(ctx, "close:held", time.Minute); err != nil {
+		t.Errorf("the lock released after Close is still held: %v", err)
+	}
+}
+
+// Close returns within its stated bound, two node timeouts, with a frozen
+// node among a leadership, a Do loop and a waiting Lock; and the leadership
+// it resigned is free on the live nodes.
+func TestRealCloseBoundWithFrozenNode(t *testing.T) {
+	servers := redistest.StartN(t, 2)
+	frozen := redistest.StartFrozen(t)
+	addrs := []string{servers[0].Addr, servers[1].Addr, frozen.Addr()}
+	const timeout = 200 * time.Millisecond
+	ctx := context.Background()
+	c := realClient(t, addrs, redlock.WithNodeTimeout(timeout), redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+	other := realClient(t, addrs, redlock.WithNodeTimeout(timeout))
+	ld, err := c.Election("bound:elect", redlock.WithElectionTTL(time.Minute)).Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Lock(ctx, "bound:held", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = c.Lock(ctx, "bound:held", time.Minute) }()
+	go func() {
+		_ = c.Do(ctx, "bound:do", time.Minute, func(ctx context.Context) error { <-ctx.Done(); return nil })
+	}()
+	time.Sleep(3 * timeout) // the waiting Lock has made its first attempt
+	start := time.Now()
+	err = c.Close()
+	took := time.Since(start)
+	if took > 2*timeout+300*time.Millisecond {
+		t.Errorf("Close took %v, want at most two node timeouts (%v)", took, 2*timeout)
+	}
+	t.Logf("Close took %v (%v)", took, err)
+	if ld.Err() == nil {
+		t.Error("the leadership survived Close")
+	}
+	for i, s := range servers {
+		if v := realGet(t, realConn(t, s.Addr), "bound:elect"); v != "" {
+			t.Errorf("node %d still holds the resigned leadership's key", i)
+		}
+	}
+}
+
+// Every method of a nil or zero Client, and of the nil values of the
+// primitives, returns an error wrapping ErrInvalid, never a panic.
+func TestNilAndZeroReceivers(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]*redlock.Client{"nil": nil, "zero": {}} {
+		t.Run(name, func(t *testing.T) {
+			for call, err := range map[string]error{
+				"Lock":     func() error { _, err := c.Lock(ctx, "k", time.Second); return err }(),
+				"TryLock":  func() error { _, err := c.TryLock(ctx, "k", time.Second); return err }(),
+				"Do":       c.Do(ctx, "k", time.Second, func(context.Context) error { return nil }),
+				"Ping":     func() error { _, err := c.Ping(ctx); return err }(),
+				"Close":    c.Close(),
+				"Acquire":  func() error { _, err := acquireOn(ctx, c, "k", 1, time.Second); return err }(),
+				"RLock":    func() error { _, err := c.RWMutex("k").RLock(ctx, time.Second); return err }(),
+				"Lock (w)": func() error { _, err := c.RWMutex("k").Lock(ctx, time.Second); return err }(),
+				"Campaign": func() error { _, err := c.Election("k").Campaign(ctx, "v"); return err }(),
+				"Leader":   func() error { _, err := c.Election("k").Leader(ctx); return err }(),
+			} {
+				if !errors.Is(err, redlock.ErrInvalid) {
+					t.Errorf("%s = %v, want ErrInvalid", call, err)
+				}
+			}
+			_ = c.FenceKey("k")
+		})
+	}
+	var l *redlock.Lock
+	var p *redlock.Permit
+	var ld *redlock.Leadership
+	for call, err := range map[string]error{
+		"Lock.Extend":      l.Extend(ctx, time.Second),
+		"Lock.Unlock":      l.Unlock(ctx),
+		"zero Lock.Unlock": new(redlock.Lock).Unlock(ctx),
+		"Permit.Extend":    p.Extend(ctx, time.Second),
+		"Permit.Release":   p.Release(ctx),
+		"zero Permit":      new(redlock.Permit).Release(ctx),
+		"Resign":           ld.Resign(ctx),
+		"zero Resign":      new(redlock.Leadership).Resign(ctx),
+		"zero Leadership":  new(redlock.Leadership).Err(),
+		"zero Election":    func() error { _, err := new(redlock.Election).Leader(ctx); return err }(),
+		"zero Semaphore":   func() error { _, err := new(redlock.Semaphore).Acquire(ctx, time.Second); return err }(),
+		"zero RWMutex":     func() error { _, err := new(redlock.RWMutex).RLock(ctx, time.Second); return err }(),
+	} {
+		if !errors.Is(err, redlock.ErrInvalid) {
+			t.Errorf("%s = %v, want ErrInvalid", call, err)
+		}
+	}
+	_ = new(redlock.Leadership).Done()
+	_ = new(redlock.Lock).Done()
+	_ = new(redlock.Permit).Done()
+}
+
+// With WithKeyPrefix, a release wakes the waiter: the announcement names
+// the prefixed key, and so does the waiter's registration.
+func TestRealWakeUpWithKeyPrefix(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	holderC := realClient(t, addrs, redlock.WithKeyPrefix("app:"))
+	waiter := realClient(t, addrs, redlock.WithKeyPrefix("app:"), redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+	t.Cleanup(func() { waiter.Close() })
+	l, err := holderC.Lock(ctx, "wake:prefix", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		w, err := waiter.Lock(lctx, "wake:prefix", time.Minute)
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	awaitWaiting(t, waiter, "wake:prefix", 1, len(addrs))
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter was not woken by the release (its timed attempt is a minute away): %v", err)
+	}
+}
+
+// A release wakes the waiters of every primitive: a writer waiting for a
+// reader, a reader waiting for a writer, a semaphore waiting for a permit,
+// and a candidate waiting for a leader's resignation. Their timed attempts
+// are a minute away; each must get in within seconds.
+func TestRealWakeUpEveryPrimitive(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	owner := realClient(t, addrs)
+	type pair struct {
+		name    string
+		held    func() (func(context.Context) error, error)
+		waitFor func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error)
+	}
+	pairs := []pair{
+		{"writer after reader",
+			func() (func(context.Context) error, error) {
+				l, err := owner.RWMutex("wake:rw1").RLock(ctx, time.Minute)
+				return l.Unlock, err
+			},
+			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
+				l, err := c.RWMutex("wake:rw1").Lock(ctx, time.Minute)
+				return l.Unlock, err
+			}},
+		{"reader after writer",
+			func() (func(context.Context) error, error) {
+				l, err := owner.RWMutex("wake:rw2").Lock(ctx, time.Minute)
+				return l.Unlock, err
+			},
+			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
+				l, err := c.RWMutex("wake:rw2").RLock(ctx, time.Minute)
+				return l.Unlock, err
+			}},
+		{"permit",
+			func() (func(context.Context) error, error) {
+				p, err := acquireOn(ctx, owner, "wake:sem", 1, time.Minute)
+				return p.Release, err
+			},
+			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
+				p, err := acquireOn(ctx, c, "wake:sem", 1, time.Minute)
+				return p.Release, err
+			}},
+		{"candidate",
+			func() (func(context.Context) error, error) {
+				ld, err := owner.Election("wake:elect", redlock.WithElectionTTL(time.Minute)).Campaign(ctx, "a")
+				return ld.Resign, err
+			},
+			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
+				ld, err := c.Election("wake:elect", redlock.WithElectionTTL(time.Minute)).Campaign(ctx, "b")
+				return ld.Resign, err
+			}},
+	}
+	for _, p := range pairs {
+		t.Run(p.name, func(t *testing.T) {
+			waiter := realClient(t, addrs, redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+			t.Cleanup(func() { waiter.Close() })
+			release, err := p.held()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				rel, err := p.waitFor(wctx, waiter)
+				if err == nil {
+					err = rel(ctx)
+				}
+				got <- err
+			}()
+			all := uint64(1)<<len(addrs) - 1
+			if !realEventually(10*time.Second, func() bool {
+				return redlock.Waiters(waiter) == 1 && redlock.WakeLive(waiter) == all
+			}) {
+				t.Fatal("the waiter never waited for a release")
+			}
+			if err := release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("not woken by the release: %v", err)
+			}
+		})
+	}
+}
+
+// Announcements that are not real releases (forged here; a release of the
+// same name in another database looks the same) cannot multiply a waiter's
+// attempts: within one pause, woken attempts are spaced ever wider, so a
+// flood adds a handful, not hundreds.
+func TestRealWakeUpFloodIsCapped(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	holderC := realClient(t, addrs)
+	var ev wakeEvents
+	waiter := realClient(t, addrs, redlock.WithTries(2),
+		redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)), redlock.WithObserver(&ev))
+	t.Cleanup(func() { waiter.Close() })
+	l, err := holderC.Lock(ctx, "wake:flood", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, _ = waiter.Lock(lctx, "wake:flood", time.Minute)
+	}()
+	awaitWaiting(t, waiter, "wake:flood", 1, len(addrs))
+	conns := make([]redis.Conn, len(addrs))
+	for i, a := range addrs {
+		conns[i] = realConn(t, a)
+	}
+	const flood = 2 * time.Second
+	sent := 0
+	for end := time.Now().Add(flood); time.Now().Before(end); sent++ {
+		for _, conn := range conns {
+			if _, err := conn.Do("PUBLISH", redlock.ReleaseChannel, "wake:flood"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	woken := ev.woken.Load()
+	t.Logf("%d forged announcements per node in %v: %d woken attempts", sent, flood, woken)
+	// 1 + log2(2s / 50µs) ≈ 16: generous for a round trip of 50µs or more.
+	if woken > 20 {
+		t.Errorf("%d woken attempts in %v of forged announcements, want at most 20", woken, flood)
+	}
+	if woken == 0 {
+		t.Error("no woken attempt: the flood reached no waiter")
+	}
+}
+
+// A re-seed runs after Extend's verdict, within ctx's deadline: one held
+// past the old validity does not turn the won Extend into ErrExpired, and
+// Extend returns by ctx's deadline.
+func TestRealReseedAfterTheVerdict(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	c := realClient(t, addrs)
+	l, err := c.Lock(ctx, "reseed:verdict", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	realAwaitToken(t, addrs, "reseed:verdict", l.Value())
+	if _, err := realConn(t, addrs[2]).Do("DEL", "reseed:verdict"); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan int, 3), make(chan struct{})
+	defer redlock.HoldReseed(l, entered, release)()
+	time.AfterFunc(time.Until(l.Until())+100*time.Millisecond, func() { close(release) }) // past the old window
+	time.Sleep(time.Until(l.Until()) - 200*time.Millisecond)                              // the ctx below ends after the old window
+	old := l.Until()
+	// Node 0 answers last, so that node 2's "no key" is in before the
+	// majority is.
+	node0 := make(chan struct{})
+	defer redlock.HoldNodeStart(c, 0, node0)()
+	time.AfterFunc(30*time.Millisecond, func() { close(node0) })
+	ectx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = l.Extend(ectx, time.Second)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Extend with a slow re-seed = %v, want nil: a majority extended", err)
+	}
+	if !l.Until().After(old) {
+		t.Errorf("Until did not move: %v, old %v", l.Until(), old)
+	}
+	if took > 250*time.Millisecond+150*time.Millisecond {
+		t.Errorf("Extend took %v, past its ctx's deadline (250ms)", took)
+	}
+	select {
+	case <-entered:
+	default:
+		t.Error("node 2 was not re-seeded")
+	}
+}
+
+// An Unlock that overtakes a re-seed in flight leaves no key behind: the
+// re-seed's SET lands after the release and is released in turn.
+func TestRealUnlockDuringReseedLeavesNoKey(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	c := realClient(t, addrs)
+	l, err := c.Lock(ctx, "reseed:unlock", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	realAwaitToken(t, addrs, "reseed:unlock", l.Value())
+	conn2 := realConn(t, addrs[2])
+	if _, err := conn2.Do("DEL", "reseed:unlock"); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan int, 3), make(chan struct{})
+	defer redlock.HoldReseed(l, entered, release)()
+	node0 := make(chan struct{}) // node 0 answers last: see TestRealReseedAfterTheVerdict
+	defer redlock.HoldNodeStart(c, 0, node0)()
+	time.AfterFunc(30*time.Millisecond, func() { close(node0) })
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(ctx, time.Minute) }()
+	select {
+	case node := <-entered:
+		if node != 2 {
+			t.Fatalf("re-seeding node %d, want 2", node)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("node 2 was never re-seeded")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-extended; err != nil && !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrExpired) {
+		t.Fatalf("Extend: %v", err)
+	}
+	redlock.Settle(c)
+	for i, a := range addrs {
+		if v := realGet(t, realConn(t, a), "reseed:unlock"); v != "" {
+			t.Errorf("node %d holds the released token %q", i, v)
+		}
+	}
+}
+
+// On one node whose Pool keeps its deadlines, rounds run on the caller's
+// goroutine (inline.go), and a caller queued behind another's batch must
+// still return by its own deadline: not the batch ahead's, nor the later
+// deadline of a batch that takes it. Extends of one lock, on a node frozen
+// with SIGSTOP.
+func TestRealInlineQueuedCallerKeepsItsOwnDeadline(t *testing.T) {
+	server := redistest.Start(t)
+	if err := server.WaitReady(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 300 * time.Millisecond
+	c := realClient(t, []string{server.Addr}, redlock.WithNodeTimeout(timeout))
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "inline:queued", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Thaw() })
+	extend := func(ctx context.Context) { _ = l.Extend(ctx, time.Minute) }
+	go extend(ctx) // sent alone: the lane is busy until its deadline
+	time.Sleep(20 * time.Millisecond)
+	short := make(chan time.Duration, 1)
+	go func() { // queued behind it, with a 20ms ctx
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		short <- realTimed(func() { extend(sctx) })
+	}()
+	own := make(chan time.Duration, 1)
+	go func() { own <- realTimed(func() { extend(ctx) }) }() // queued, no ctx deadline
+	time.Sleep(260 * time.Millisecond)
+	go extend(ctx) // queued last: its batch's deadline is the latest
+	if d := <-short; d > 20*time.Millisecond+100*time.Millisecond {
+		t.Errorf("a caller with a 20ms ctx returned after %v", d)
+	}
+	if d := <-own; d > timeout+150*time.Millisecond {
+		t.Errorf("a caller without a ctx deadline returned after %v, want its node timeout (%v)", d, timeout)
+	}
+}
