@@ -202,15 +202,18 @@ func TestRealRWMutexWriterFencing(t *testing.T) {
 		assert.Zero(t, r.Token(), "a reader has no fencing token")
 		require.NoError(t, r.Unlock(ctx))
 	}
-	// The counter is stored on every node under the writer key's FenceKey.
+	// The counter is stored under the writer key's FenceKey, raised to the
+	// last token on at least a majority (a straggler's raise finds the key
+	// released and leaves its counter).
 	writer, _, _ := redlock.RWNames("fenced")
-	for i, addr := range addrs {
-		conn := realConn(t, addr)
-		require.True(t, realEventually(2*time.Second, func() bool {
-			v, err := redis.Uint64(conn.Do("GET", c.FenceKey(writer)))
-			return err == nil && v == last
-		}), "node %d's counter is not the last token %d", i, last)
+	raised := 0
+	for _, addr := range addrs {
+		v, err := redis.Uint64(realConn(t, addr).Do("GET", c.FenceKey(writer)))
+		if err == nil && v == last {
+			raised++
+		}
 	}
+	assert.GreaterOrEqual(t, raised, 2, "nodes whose counter is the last token %d", last)
 	// A Client without fencing still gets 0.
 	w, err := realClient(t, addrs).RWMutex("fenced").TryLock(ctx, time.Minute)
 	require.NoError(t, err)
