@@ -32,7 +32,7 @@ func BenchmarkSemaphoreAcquireRelease(b *testing.B) {
 	mutex := benchRedlock(c)
 	sem := func(k int) benchkit.Op {
 		return func(ctx context.Context, key string) error {
-			return benchSemaphore(c.Semaphore(key, k))(ctx, key)
+			return benchSemaphore(mustSemaphore(b, c, key, k))(ctx, key)
 		}
 	}
 	for _, p := range []int{0, 8} {
@@ -75,7 +75,7 @@ func BenchmarkSemaphoreContention(b *testing.B) {
 	for _, k := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("N=5/w=%d/impl=semaphore-K=%d", workers, k), func(b *testing.B) {
 			benchkit.Contention(b, func(ctx context.Context, key string) error {
-				p, err := c.Semaphore(key, k, redlock.AllowNoFaultTolerance()).Acquire(ctx, benchTTL)
+				p, err := mustSemaphore(b, c, key, k, redlock.AllowNoFaultTolerance()).Acquire(ctx, benchTTL)
 				if err == nil {
 					err = p.Release(ctx)
 				}

@@ -249,7 +249,7 @@ func TestChaosSemaphore(t *testing.T) {
 	c := chaosStart(t, redistest.ClusterOptions{Nodes: nodes, Durable: func(i int) bool { return i < 4 }})
 	client := realClient(t, c.Addrs(), redlock.WithNodeTimeout(nodeTimeout),
 		redlock.WithTries(tries), redlock.WithRetryDelay(2*time.Millisecond, retryMax))
-	sem := client.Semaphore("chaos:semaphore", permits)
+	sem := mustSemaphore(t, client, "chaos:semaphore", permits)
 	if sem.Quorum() != 5 {
 		t.Fatalf("quorum %d for K=%d on N=%d, want 5", sem.Quorum(), permits, nodes)
 	}

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 var (
@@ -361,7 +363,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 type Leadership struct {
 	election *Election
 	lock     *Lock
-	value    string
+	value    string // guarded by mu: Proclaim changes it
 
 	ctx    context.Context // cancelled with the cause when the leadership ends
 	cancel context.CancelCauseFunc
@@ -401,28 +403,31 @@ func (ld *Leadership) closeByClient() {
 	}
 }
 
-// run keeps the leadership (do.go's keep) and, until a majority has it,
-// publishes the leader record again after each retry delay.
+// run keeps the leadership (do.go's keep) and publishes the leader record
+// again: after each retry delay until a majority has it, then every ttl/3
+// while it leads, so that the record is wherever the key is. Extend
+// re-seeds the key on a node that restarted empty, but not the record;
+// without the repeat, that node, and with enough of them a majority, would
+// read "no leader" for the whole term.
 func (ld *Leadership) run() {
 	defer close(ld.ended)
 	c := ld.election.client
 	var wg sync.WaitGroup
-	if !ld.published.Load() {
-		wg.Go(func() {
-			for {
-				pause := time.NewTimer(c.retryDelay())
-				select {
-				case <-ld.ctx.Done():
-					pause.Stop()
-					return
-				case <-pause.C:
-				}
-				if ld.publish(ld.ctx) {
-					return
-				}
+	wg.Go(func() {
+		for {
+			pause := time.NewTimer(ld.election.ttl / 3)
+			if !ld.published.Load() {
+				pause.Reset(c.retryDelay())
 			}
-		})
-	}
+			select {
+			case <-ld.ctx.Done():
+				pause.Stop()
+				return
+			case <-pause.C:
+			}
+			ld.publish(ld.ctx)
+		}
+	})
 	ld.lost = c.keep(ld.lock, ld.election.ttl, ld.stop, ld.cancel).err
 	ld.cancel(ld.lost) // keep has cancelled with the cause already, unless Resign did first
 	wg.Wait()
@@ -433,10 +438,13 @@ func (ld *Leadership) run() {
 // node timeout.
 func (ld *Leadership) publish(ctx context.Context) bool {
 	c, l := ld.election.client, ld.lock
-	token, term, value := any(l.token), any(int64(l.fence)), any(ld.value)
+	ld.mu.Lock()
+	value := any(ld.value)
+	ld.mu.Unlock()
+	token, term := any(l.token), any(int64(l.fence))
 	key, record := l.args.key, any(ld.election.record) // the key on the nodes, with the prefix
 	won, _ := c.fanout(ctx, round{
-		key: l.key,
+		key: l.key, kind: observe.OpPublish, id: c.newID(),
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			reply, err := n.eval(ctx, deadline, l.args.lane, &electPublishScript, key, record, token, term, value)
 			return reply == int64(1), err
@@ -446,6 +454,45 @@ func (ld *Leadership) publish(ctx context.Context) bool {
 		ld.published.Store(true)
 	}
 	return won
+}
+
+// Proclaim changes the value the leader publishes, keeping its term, as
+// etcd's Election.Proclaim does: Leader and Observe then read the new value
+// with the same term. It writes the leader record on every node that holds
+// the leader's key, within one node timeout, and returns nil once a
+// majority has the new value.
+//
+// If fewer nodes took it in time (or ctx ended), it returns an error
+// wrapping ErrNotObtained, and the new value is published again in the
+// background until a majority has it; meanwhile Leader may report the old
+// value or ErrNoLeader, never another leader. Once the leadership has
+// ended it returns Err's error and sends nothing; for a nil context or the
+// nil *Leadership, an error wrapping ErrInvalid. A publish round that was
+// already in flight with the old value may land after the new one on a
+// node; the next publish, within ttl/3, puts the new value back there.
+func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
+	if ld == nil {
+		return errNilLeadership
+	}
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if err := ld.Err(); err != nil {
+		return err
+	}
+	ld.mu.Lock()
+	ld.value = value
+	ld.mu.Unlock()
+	ld.published.Store(false) // the background loop republishes at the retry pace until a majority has it
+	if !ld.publish(ctx) {
+		err := fmt.Errorf("%w: election %q: the new value reached fewer than a majority of nodes; it is published again in the background",
+			ErrNotObtained, ld.election.name)
+		if ctx.Err() != nil {
+			return withCause(err, ctx.Err())
+		}
+		return err
+	}
+	return nil
 }
 
 // Term returns the leadership's term: its fencing token, greater than the
@@ -458,11 +505,14 @@ func (ld *Leadership) Term() uint64 {
 	return ld.lock.Token()
 }
 
-// Value returns the value this leader campaigned with.
+// Value returns the value this leader publishes: the one it campaigned
+// with, or the latest given to Proclaim.
 func (ld *Leadership) Value() string {
 	if ld == nil || ld.lock == nil {
 		return ""
 	}
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
 	return ld.value
 }
 

@@ -24,7 +24,10 @@ func ExampleClient_Semaphore() {
 	}
 	ctx := context.Background()
 
-	sem := client.Semaphore("licences", 2)
+	sem, err := client.Semaphore("licences", 2)
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("quorum", sem.Quorum(), "of 5; tolerates", sem.FaultTolerance(), "failed node")
 
 	first, err := sem.TryAcquire(ctx, 10*time.Second)
@@ -51,8 +54,9 @@ func ExampleClient_Semaphore() {
 	_ = second.Release(ctx)
 	_ = third.Release(ctx)
 
-	// A configuration that tolerates no failed node is refused unless asked for.
-	_, err = client.Semaphore("licences", 4).TryAcquire(ctx, 10*time.Second)
+	// A configuration that tolerates no failed node is refused when the
+	// semaphore is made, unless asked for with AllowNoFaultTolerance.
+	_, err = client.Semaphore("licences", 4)
 	fmt.Println("4 permits on 5 nodes:", errors.Is(err, redlock.ErrInvalid))
 	// Output:
 	// quorum 4 of 5; tolerates 1 failed node
@@ -70,7 +74,10 @@ func ExampleSemaphore_Do() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	sem := client.Semaphore("crawler", 1)
+	sem, err := client.Semaphore("crawler", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	err = sem.Do(context.Background(), 10*time.Second, func(ctx context.Context) error {
 		fmt.Println("crawling with one of 1 permits")
 		return ctx.Err() // nil while the permit holds

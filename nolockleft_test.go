@@ -41,11 +41,11 @@ func holders() []holder {
 			}},
 		{"permit",
 			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
-				p, err := c.Semaphore("left:sem", 1).Acquire(ctx, time.Minute)
+				p, err := acquireOn(ctx, c, "left:sem", 1, time.Minute)
 				return p.Release, err
 			},
 			func(ctx context.Context, c *redlock.Client) error {
-				p, err := c.Semaphore("left:sem", 1).TryAcquire(ctx, time.Minute)
+				p, err := tryAcquireOn(ctx, c, "left:sem", 1, time.Minute)
 				if err == nil {
 					err = p.Release(ctx)
 				}
@@ -263,7 +263,7 @@ func TestRealCloseEndsHolds(t *testing.T) {
 		"Lock":        func() error { _, err := c.Lock(ctx, "x", time.Second); return err }(),
 		"Do":          c.Do(ctx, "x", time.Second, func(context.Context) error { return nil }),
 		"Ping":        func() error { _, err := c.Ping(ctx); return err }(),
-		"Acquire":     func() error { _, err := c.Semaphore("x", 1).Acquire(ctx, time.Second); return err }(),
+		"Acquire":     func() error { _, err := acquireOn(ctx, c, "x", 1, time.Second); return err }(),
 		"RLock":       func() error { _, err := c.RWMutex("x").RLock(ctx, time.Second); return err }(),
 		"Campaign":    func() error { _, err := c.Election("y").Campaign(ctx, "v"); return err }(),
 		"Leader":      func() error { _, err := c.Election("y").Leader(ctx); return err }(),
@@ -342,7 +342,7 @@ func TestNilAndZeroReceivers(t *testing.T) {
 				"Do":       c.Do(ctx, "k", time.Second, func(context.Context) error { return nil }),
 				"Ping":     func() error { _, err := c.Ping(ctx); return err }(),
 				"Close":    c.Close(),
-				"Acquire":  func() error { _, err := c.Semaphore("k", 1).Acquire(ctx, time.Second); return err }(),
+				"Acquire":  func() error { _, err := acquireOn(ctx, c, "k", 1, time.Second); return err }(),
 				"RLock":    func() error { _, err := c.RWMutex("k").RLock(ctx, time.Second); return err }(),
 				"Lock (w)": func() error { _, err := c.RWMutex("k").Lock(ctx, time.Second); return err }(),
 				"Campaign": func() error { _, err := c.Election("k").Campaign(ctx, "v"); return err }(),
@@ -446,11 +446,11 @@ func TestRealWakeUpEveryPrimitive(t *testing.T) {
 			}},
 		{"permit",
 			func() (func(context.Context) error, error) {
-				p, err := owner.Semaphore("wake:sem", 1).Acquire(ctx, time.Minute)
+				p, err := acquireOn(ctx, owner, "wake:sem", 1, time.Minute)
 				return p.Release, err
 			},
 			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
-				p, err := c.Semaphore("wake:sem", 1).Acquire(ctx, time.Minute)
+				p, err := acquireOn(ctx, c, "wake:sem", 1, time.Minute)
 				return p.Release, err
 			}},
 		{"candidate",

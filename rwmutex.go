@@ -14,34 +14,49 @@ import (
 
 // The read-write lock: many readers or one writer, on a majority of nodes.
 //
-// Each node keeps three keys per lock key, in one Redis Cluster hash slot
-// (rwNames):
+// Each node keeps five keys per lock key, in one Redis Cluster hash slot
+// (rwNames, rwQueueNames):
 //
 //   - the writer key, set to the writer's token with PX ttl, as the mutex's
 //     key is;
 //   - the readers set, a sorted set of reader tokens, each scored by its
 //     expiry in milliseconds of the node's TIME; the scripts prune expired
 //     members before they look;
-//   - the intent mark, left by a writer that is waiting, with a short PX.
+//   - the intent mark, left by a writer that is waiting, with a short PX;
+//   - the waiting readers, a sorted set of the wait ids of readers that were
+//     refused and will try again, and the entitled readers, those of them
+//     that a writer's release let in first (phase fairness, below).
 //
-// A node grants a writer only if it has no writer and no live reader
-// (scripts/rw_lock.lua), and a reader only if it has no writer and no intent
-// mark (scripts/rw_rlock.lua). Both sides need a majority: any two
+// A node grants a writer only if it has no writer, no live reader and no
+// live entitled reader (scripts/rw_lock.lua), and a reader only if it has
+// no writer and either no intent mark or an entitlement for the reader
+// (scripts/rw_rlock.lua). Both sides need a majority: any two
 // majorities share a node, and that node never holds a live writer together
 // with any other live holder, so a writer's validity never overlaps another
 // holder's (docs/rwlock.md). Readers need no bound among themselves.
 //
-// The intent mark is for liveness only: it can make a reader's acquisition
+// Phase fairness, as in Go's sync.RWMutex: a waiting writer's intent mark
+// refuses new readers, and a writer's release (scripts/rw_unlock.lua) lets
+// the readers waiting at that moment in before the next writer. So a reader
+// waits for at most one writer's hold, besides the one that holds when it
+// arrives; a writer waits for at most one reader phase (the readers holding,
+// and those entitled by the last release) before each writer that goes
+// ahead of it. Writers among themselves have no order, as for the mutex.
+//
+// The intent mark and the entitlements are for liveness only: they can make
+// a writer's or reader's acquisition refuse, never make a writer be granted,
+// and let a reader past nothing but an intent mark. The intent mark itself
+// is for liveness only: it can make a reader's acquisition
 // refuse, never make anything be granted, so it cannot break exclusion.
 
 var (
 	//go:embed scripts/rw_lock.lua
 	rwLockSource string
-	rwLockScript = newScript(rwLockSource, 3)
+	rwLockScript = newScript(rwLockSource, 5)
 
 	//go:embed scripts/rw_rlock.lua
 	rwRLockSource string
-	rwRLockScript = newScript(rwRLockSource, 3)
+	rwRLockScript = newScript(rwRLockSource, 5)
 
 	//go:embed scripts/rw_rextend.lua
 	rwRExtendSource string
@@ -54,6 +69,14 @@ var (
 	//go:embed scripts/rw_unintent.lua
 	rwUnintentSource string
 	rwUnintentScript = newScript(rwUnintentSource, 1)
+
+	//go:embed scripts/rw_unlock.lua
+	rwUnlockSource string
+	rwUnlockScript = newScript(rwUnlockSource, 3)
+
+	//go:embed scripts/rw_unwait.lua
+	rwUnwaitSource string
+	rwUnwaitScript = newScript(rwUnwaitSource, 2)
 )
 
 // An RWMutex is a read-write lock on key over the Client's nodes. Made by
@@ -65,12 +88,30 @@ var (
 // Lock and TryLock acquire it for writing, exclusive of every other holder;
 // RLock and TryRLock for reading, shared with other readers and exclusive
 // of writers. Each returns a *Lock whose Extend, Unlock, Until and Done work
-// as for the mutex, on that holder's part of the lock.
+// as for the mutex, on that holder's part of the lock. With WithFencing, a
+// writer's Token is a fencing token; a reader's is 0.
+//
+// Fairness is phase-fair, as for sync.RWMutex: while a writer waits in
+// Lock, new readers are refused; when a writer unlocks, the readers waiting
+// in RLock at that moment go in before the next writer. A reader therefore
+// waits for at most one writer's hold besides the current one, and a writer
+// for at most one phase of readers before each writer that goes ahead of
+// it, plus retry pauses (docs/rwlock.md has the bounds and measurements).
+// A writer that loses its hold by expiry instead of Unlock entitles no one.
+//
+// There is no upgrade or downgrade: a holder of the read lock that calls
+// Lock waits for every reader, itself included, so it waits until its own
+// read lock ends (Unlock it first, then Lock: another writer may go between);
+// a writer that calls RLock is refused while it holds the writer key, so
+// RLock waits until the write lock ends (Unlock it, then RLock: another
+// writer may go between). Each is a release and a
+// new acquisition, never an atomic conversion.
 type RWMutex struct {
 	client *Client
 	key    string
 
 	writer, readers, intent any // the node keys, as command arguments (rwNames)
+	waiting, entitled       any // phase fairness: waiting and entitled readers (rwQueueNames)
 
 	noIntent bool // tests: writers leave no intent mark, to measure starvation
 }
@@ -80,11 +121,20 @@ type RWMutex struct {
 // the nodes are named apart from a mutex's and never clash with a mutex on the same
 // key.
 func (c *Client) RWMutex(key string) *RWMutex {
-	var w, r, i string
+	var w, r, i, q, e string
 	if c != nil {
 		w, r, i = rwNames(c.keyPrefix + key)
+		q, e = rwQueueNames(w)
 	}
-	return &RWMutex{client: c, key: key, writer: w, readers: r, intent: i}
+	return &RWMutex{client: c, key: key, writer: w, readers: r, intent: i, waiting: q, entitled: e}
+}
+
+// rwQueueNames names, from the writer key, the two sets of phase fairness:
+// the readers waiting, and those a writer's release let in before the next
+// writer. They share the writer key's slot.
+func rwQueueNames(writer string) (waiting, entitled string) {
+	base := strings.TrimSuffix(writer, ":w")
+	return base + ":q", base + ":e"
 }
 
 // rwNames names the three keys of a read-write lock on key. Its scripts
@@ -100,16 +150,21 @@ func (c *Client) RWMutex(key string) *RWMutex {
 //     empty: "redlock:rw:{~key}:w". The slot is that of "~" and the key's
 //     part before its first '}', the same for all three.
 func rwNames(key string) (writer, readers, intent string) {
-	var base string
+	base := slotName("redlock:rw:", key)
+	return base + ":w", base + ":r", base + ":i"
+}
+
+// slotName is prefix + key with a non-empty hash tag in key's slot, by the
+// rule of rwNames.
+func slotName(prefix, key string) string {
 	switch {
 	case hasHashTag(key):
-		base = "redlock:rw:" + key
+		return prefix + key
 	case strings.IndexByte(key, '}') < 0:
-		base = "redlock:rw:{" + key + "}"
+		return prefix + "{" + key + "}"
 	default:
-		base = "redlock:rw:{~" + key + "}"
+		return prefix + "{~" + key + "}"
 	}
-	return base + ":w", base + ":r", base + ":i"
 }
 
 // Key returns the locked key.
@@ -208,8 +263,10 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 	if err := c.closedErr(); err != nil {
 		return nil, err
 	}
-	var intent string // the waiting writer's mark, the same across its attempts
-	if write && tries > 1 && !m.noIntent {
+	// The waiting writer's mark, or the waiting reader's registration, the
+	// same across its attempts.
+	var intent string
+	if tries > 1 && (!write || !m.noIntent) {
 		if intent, err = c.newToken(); err == nil && intent == "" {
 			err = errors.New("empty token")
 		}
@@ -217,7 +274,8 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 			return nil, &tokenError{err}
 		}
 	}
-	marked := false // an attempt may have left the mark
+	marked := false     // an attempt may have left the mark
+	registered := false // an earlier attempt may have registered the reader
 	wake := []string{m.writer.(string)}
 	if write {
 		wake = append(wake, m.readers.(string))
@@ -230,11 +288,20 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 				mark = a.pause + intentReach*c.nodeTimeout
 				marked = true
 			}
-			return m.acquire(ctx, ttl, write, intent, mark, a.id)
+			l, held, err := m.acquire(ctx, ttl, write, intent, mark, a.id)
+			if err == nil && marked && !write && (registered || l.args.masks.agreed.Load() != 1<<len(c.nodes)-1) {
+				// The granting nodes dropped this reader's registration;
+				// a node that refused it (or has not answered yet) may
+				// keep it, and would entitle it at the next writer's
+				// release, holding writers back there until it lapses.
+				m.unmark(ctx, intent, false)
+			}
+			registered = registered || mark > 0
+			return l, held, err
 		},
 		giveUp: func(ctx context.Context) {
 			if marked {
-				m.unmark(ctx, intent)
+				m.unmark(ctx, intent, write)
 			}
 		},
 	})
@@ -267,24 +334,30 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	// go may have been overtaken.
 	fellBack := new(atomic.Uint64)
 	var set, release nodeOp
+	markMs := int64(0)
+	if mark > 0 {
+		markMs = max(mark.Milliseconds(), 1)
+	}
 	if write {
-		markMs := int64(0)
-		if mark > 0 {
-			markMs = max(mark.Milliseconds(), 1)
+		fenced := any("0")
+		if c.fencing {
+			fenced = "1"
 		}
+		args.fenceKey = fenceKeyWith(c.fencePrefix, name.(string)) // declared always, read with fencing
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.rwScript(ctx, deadline, l, fellBack, &rwLockScript, "write lock",
-				m.writer, m.readers, m.intent, args.token, args.ttl, intent, markMs)
+			return n.rwScript(ctx, deadline, l, fellBack, &rwLockScript, "write lock", &l.highest,
+				m.writer, m.readers, m.intent, args.fenceKey, m.entitled, args.token, args.ttl, intent, markMs, fenced)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.release(ctx, deadline, args)
+			_, err := n.rwUnlock(ctx, deadline, args)
+			return err == nil, err
 		}
 		l.ops = &rwWriterOps
 	} else {
 		l.ops = &rwReaderOps
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.rwScript(ctx, deadline, l, fellBack, &rwRLockScript, "read lock",
-				m.writer, m.readers, m.intent, args.token, args.ttl)
+			return n.rwScript(ctx, deadline, l, fellBack, &rwRLockScript, "read lock", nil,
+				m.writer, m.readers, m.intent, m.waiting, m.entitled, args.token, args.ttl, intent, markMs)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			_, err := n.eval(ctx, deadline, args.lane, &rwRUnlockScript, args.key, args.token, args.channel)
@@ -305,6 +378,11 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	}
 	l.held.Store(&args.masks)
 	args.masks.settle() // won
+	if write && c.fencing {
+		if err := m.fence(ctx, l, release, until, id); err != nil {
+			return nil, args.masks.agreed.Load(), err
+		}
+	}
 	if c.obs != nil {
 		l.granted, l.id = time.Now(), id
 	}
@@ -312,16 +390,59 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	return l, 0, nil
 }
 
-// unmark removes a writer's intent mark from every node, once it has given
-// up: best effort, within a node timeout, even if ctx has ended. A node it
+// fence is fencing's round 2 for a writer granted with WithFencing, as
+// Client.acquire runs it for the mutex (docs/fencing.md): the token exceeds
+// every counter the granting nodes reported, and counts once a majority
+// stored it while still holding the writer key, within the validity
+// window. The counter is the writer key's (FenceKey of its name), so a
+// writer's tokens grow in the order writers are granted. If the round is
+// lost, the writer is let go and released on every node.
+func (m *RWMutex) fence(ctx context.Context, l *Lock, release nodeOp, until time.Time, id uint64) error {
+	c, args := m.client, &l.args
+	l.fence = l.highest.load() + 1
+	won, t := c.fanout(ctx, round{
+		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			return n.raiseFence(ctx, deadline, args, l.fence)
+		},
+		undo:    release,
+		undoAll: true,
+		lost:    l.letGo,
+		valid:   func() bool { return c.clock.Now().Before(until) },
+		kind:    observe.OpFence, key: m.key, id: id, masks: &l.fenced,
+	})
+	if !won {
+		return t.err(ErrNotObtained)
+	}
+	l.held.Store(&l.fenced)
+	l.fenced.settle() // won
+	return nil
+}
+
+// unmark removes a writer's intent mark, or a reader's registration among
+// the waiting and entitled readers, from every node, once it has given up:
+// best effort, within a node timeout, even if ctx has ended. A node it
 // misses drops the mark at its ttl.
-func (m *RWMutex) unmark(ctx context.Context, intent string) {
+func (m *RWMutex) unmark(ctx context.Context, intent string, write bool) {
+	lane := laneOf(m.intent.(string))
 	m.client.fanout(context.WithoutCancel(ctx), round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			_, err := n.eval(ctx, deadline, laneOf(m.intent.(string)), &rwUnintentScript, m.intent, intent)
+			var err error
+			if write {
+				_, err = n.eval(ctx, deadline, lane, &rwUnintentScript, m.intent, intent)
+			} else {
+				_, err = n.eval(ctx, deadline, lane, &rwUnwaitScript, m.waiting, m.entitled, intent)
+			}
 			return err == nil, err
 		},
 	})
+}
+
+// rwUnlock runs a writer's release (rw_unlock.lua) on the writer key a.key:
+// true if the node deleted it, false if it was gone or another token's.
+func (n *node) rwUnlock(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
+	q, e := rwQueueNames(a.key.(string))
+	reply, err := n.eval(ctx, deadline, a.lane, &rwUnlockScript, a.key, q, e, a.token, a.channel)
+	return reply == int64(1), err
 }
 
 // rwScript runs an acquisition script for l, clearing the node's bit in
@@ -334,7 +455,10 @@ func (m *RWMutex) unmark(ctx context.Context, intent string) {
 // let go before the resend returned, the node is marked overtaken, and
 // fanout undoes it once the op returns. A resend that returned before the
 // lock was let go entered the pipe before any release did.
-func (n *node) rwScript(ctx context.Context, deadline time.Time, l *Lock, fellBack *atomic.Uint64, s *script, what string, keysAndArgs ...any) (bool, error) {
+//
+// With counter set (a fenced writer), a grant replies the node's fencing
+// counter plus 1, which counter keeps the highest of.
+func (n *node) rwScript(ctx context.Context, deadline time.Time, l *Lock, fellBack *atomic.Uint64, s *script, what string, counter *maxCounter, keysAndArgs ...any) (bool, error) {
 	a := &l.args
 	reply, err := n.evalScript(ctx, deadline, a.lane, &a.unsent, fellBack, s, keysAndArgs)
 	if bit := uint64(1) << n.index; fellBack.Load()&bit != 0 && l.letGone.Load() {
@@ -343,10 +467,15 @@ func (n *node) rwScript(ctx context.Context, deadline time.Time, l *Lock, fellBa
 	switch {
 	case err != nil:
 		return false, err
-	case reply == int64(1):
-		return true, nil
 	case reply == int64(0):
 		return false, nil
+	case counter == nil && reply == int64(1):
+		return true, nil
+	case counter != nil:
+		if r, ok := reply.(int64); ok && r >= 1 {
+			counter.raise(uint64(r - 1))
+			return true, nil
+		}
 	}
 	return false, n.fail(fmt.Errorf("redlock: unexpected reply %v to the %s script", reply, what), deadline)
 }
@@ -371,8 +500,9 @@ var rwReaderOps = holdOps{
 	},
 }
 
-// rwWriterOps hold a writer's key. They are the mutex's scripts, but a
-// writer is never re-seeded (Lock.Extend): a SET NX of the writer key would
+// rwWriterOps hold a writer's key: the mutex's extend script, and
+// rw_unlock.lua, which also lets waiting readers in first. A writer is
+// never re-seeded (Lock.Extend): a SET NX of the writer key would
 // not check the readers set, as rw_lock.lua does.
 var rwWriterOps = holdOps{
 	extend: func(n *node, ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
@@ -380,7 +510,7 @@ var rwWriterOps = holdOps{
 		return ok, err
 	},
 	releaseOwned: func(n *node, ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-		return n.releaseOwned(ctx, deadline, a)
+		return n.rwUnlock(ctx, deadline, a)
 	},
 }
 

@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/bits"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/redlock/observe"
@@ -45,19 +47,27 @@ func semQuorum(n, k int) int {
 	return k*n/(k+1) + 1
 }
 
+// SemaphoreKey returns the name of the sorted set that the semaphore on key
+// keeps on every node, for operators' tools and clean-up scripts:
+// "redlock:sem:{key}", or with key's own hash tag if it has one (the rule of
+// RWNames). It never equals a mutex's key, an RWMutex's or an Election's,
+// so a Lock, an RWMutex or an Election on the same name is a different lock
+// on different keys: neither waits for the other, nor fails with WRONGTYPE.
+func SemaphoreKey(key string) string { return slotName("redlock:sem:", key) }
+
 // A Semaphore admits at most Permits holders of its key at once, across the
 // Client's nodes. Make it with Client.Semaphore. It holds no state of its
 // own beyond its configuration: it is safe for concurrent use, and any
 // number of Semaphore values for the same key and permits, in any process,
 // share the same permits. Every holder must use the same permit count for a
-// key; a holder that uses a larger one may exceed the smaller. The zero
-// Semaphore is not usable: its calls return an error wrapping ErrInvalid.
+// key; a holder that uses a larger one may exceed the smaller. The nil or
+// zero Semaphore is not usable: its calls return an error wrapping
+// ErrInvalid.
 type Semaphore struct {
 	client  *Client
 	key     string
 	permits int
-	quorum  int   // nodes that must admit a token (semQuorum)
-	err     error // what makes the configuration impossible, reported by each call
+	quorum  int // nodes that must admit a token (semQuorum)
 }
 
 // A SemaphoreOption configures a Semaphore.
@@ -68,59 +78,88 @@ type semaphoreConfig struct{ noFaultTolerance bool }
 // AllowNoFaultTolerance accepts a semaphore whose quorum is every node: K ≥
 // N−1 permits on N > 1 nodes. Such a semaphore is safe, but one node that is
 // down or slow stops every acquisition and extension. Without this option,
-// its calls fail with ErrInvalid.
+// Client.Semaphore refuses it with ErrInvalid.
 func AllowNoFaultTolerance() SemaphoreOption {
 	return func(c *semaphoreConfig) { c.noFaultTolerance = true }
 }
 
 // Semaphore returns the semaphore of key with the given number of permits
-// on the Client's nodes. It makes no network call and never fails: an
-// impossible configuration (permits < 1, a nil option, or a quorum of every
-// one of N > 1 nodes without AllowNoFaultTolerance) is an error wrapping
-// ErrInvalid from every call that could touch the network.
+// on the Client's nodes. It makes no network call. It returns an error
+// wrapping ErrInvalid, and no Semaphore, for a nil Client, an empty key,
+// permits < 1, a nil option, or a quorum of every one of N > 1 nodes (K ≥
+// N−1: on 3 nodes every K ≥ 2, on 5 every K ≥ 4) without
+// AllowNoFaultTolerance; the error says how many nodes would tolerate one
+// failure.
 //
-// The key names a sorted set on each node; it must not be used as a mutex
-// key (WRONGTYPE would fail the nodes).
-func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) *Semaphore {
-	s := &Semaphore{client: c, key: key, permits: permits}
+// The semaphore keeps a sorted set named SemaphoreKey(key) on each node (with
+// the Client's key prefix inside it), apart from the keys of a mutex, an
+// RWMutex or an Election on the same key.
+func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) (*Semaphore, error) {
 	if err := c.usable(); err != nil {
-		s.err = err
-		return s
+		return nil, err
 	}
 	var cfg semaphoreConfig
 	for _, opt := range opts {
 		if opt == nil {
-			s.err = invalid("nil semaphore option")
-			return s
+			return nil, invalid("nil semaphore option")
 		}
 		opt(&cfg)
 	}
 	n := len(c.nodes)
-	if permits < 1 {
-		s.err = invalid("semaphore permits %d must be at least 1", permits)
-		return s
+	switch {
+	case key == "":
+		return nil, invalid("empty key")
+	case permits < 1:
+		return nil, invalid("semaphore permits %d must be at least 1", permits)
 	}
-	s.quorum = semQuorum(n, permits)
+	s := &Semaphore{client: c, key: key, permits: permits, quorum: semQuorum(n, permits)}
 	if s.quorum == n && n > 1 && !cfg.noFaultTolerance {
-		s.err = invalid("a semaphore of %d permits on %d nodes needs every node (quorum %d), so one failed node stops it; use more nodes (at least %d tolerate one failure) or AllowNoFaultTolerance",
+		return nil, invalid("a semaphore of %d permits on %d nodes needs every node (quorum %d), so one failed node stops it; use more nodes (at least %d tolerate one failure) or AllowNoFaultTolerance",
 			permits, n, s.quorum, permits+2)
 	}
-	return s
+	return s, nil
+}
+
+// Key returns the semaphore's key, as given to Client.Semaphore.
+func (s *Semaphore) Key() string {
+	if s == nil {
+		return ""
+	}
+	return s.key
+}
+
+// Permits returns K, the number of permits.
+func (s *Semaphore) Permits() int {
+	if s == nil {
+		return 0
+	}
+	return s.permits
 }
 
 // Quorum returns how many nodes must admit a permit: ⌊K·N/(K+1)⌋ + 1 for K
-// permits on N nodes, or 0 if the configuration is invalid.
+// permits on N nodes, or 0 for the nil Semaphore.
 func (s *Semaphore) Quorum() int {
-	if s == nil || s.err != nil {
+	if s == nil {
 		return 0
 	}
 	return s.quorum
 }
 
 // FaultTolerance returns how many nodes may fail while permits are still
-// granted: N − Quorum, or 0 if the configuration is invalid.
+// granted, N − Quorum, or 0 for the nil Semaphore.
+//
+// The failures it counts are crash-stop: a node that stops answering, or
+// comes back with its data. A node that restarts empty is another fault,
+// one that this number does not cover: it forgets the tokens it admitted,
+// and may admit new holders in their slots while the old permits are still
+// valid, so that even one such restart can break the bound of K at once
+// (with K=2 on N=7, three valid permits after one restart), as it can break
+// the mutex's exclusion. What keeps it safe is the restart rule of
+// docs/safety.md: a node that lost its data stays out of service for at
+// least the longest ttl in use (plus the drift allowance), or keeps its data
+// across a crash (appendonly with appendfsync always).
 func (s *Semaphore) FaultTolerance() int {
-	if s == nil || s.client == nil || s.err != nil {
+	if s == nil || s.client == nil {
 		return 0
 	}
 	return len(s.client.nodes) - s.quorum
@@ -155,9 +194,6 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 	if s == nil || s.client == nil {
 		return nil, errNilSemaphore
 	}
-	if s.err != nil {
-		return nil, s.err
-	}
 	c := s.client
 	if err := c.usable(); err != nil {
 		return nil, err
@@ -173,7 +209,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 	// quorum; a release of the key announces that a slot is free.
 	var won *Permit
 	_, err = c.acquireLoop(ctx, &acquisition{
-		key: s.key, wake: []string{c.keyPrefix + s.key}, need: s.quorum, tries: tries,
+		key: s.key, wake: []string{SemaphoreKey(c.keyPrefix + s.key)}, need: s.quorum, tries: tries,
 		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
 			p, held, err := s.attempt(ctx, ttl, a.id)
 			if err != nil {
@@ -201,30 +237,52 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 		return nil, 0, &tokenError{err}
 	}
 	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, ops: &semHoldOps, need: s.quorum, permits: s.permits,
-		args: newCmdArgs(c.keyPrefix+s.key, token, ttl, c.channel)}}
+		args: newCmdArgs(SemaphoreKey(c.keyPrefix+s.key), token, ttl, c.channel)}}
 	args, permits := &p.state.args, int64(s.permits)
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
 	args.unsent.Store(1<<len(c.nodes) - 1) // no command has entered a pipe yet
+	// The nodes on which the token was already a member: a token function
+	// that repeats itself. Their member is another holder's, so the undo
+	// leaves them alone, and the attempt is lost even if a quorum admitted
+	// it, because its Release would remove the other holder's member too.
+	// (A repeat that only a straggler reports, after the grant, is not
+	// seen; a quorum admitted the token fresh, and any two quora share a
+	// node, so the other holder had lost its own quorum by then.)
+	var repeated atomic.Uint64
+	undo := p.removeOp()
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			reply, err := p.admit(ctx, n, deadline, permits)
-			if err == nil && reply != int64(0) && reply != int64(1) {
+			switch {
+			case err != nil || reply == int64(0) || reply == int64(1):
+			case reply == int64(2):
+				repeated.Or(1 << n.index)
+			default:
 				// A reply no Redis sends fails the node, so that a lost
 				// round removes the token from it.
 				return false, n.fail(fmt.Errorf("redlock: unexpected reply %v to the semaphore's acquire", reply), deadline)
 			}
 			return reply == int64(1), err
 		},
-		undo:  p.removeOp(),
-		valid: func() bool { return c.clock.Now().Before(until) },
+		undo: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			if repeated.Load()&(1<<n.index) != 0 {
+				return true, nil
+			}
+			return undo(ctx, n, deadline)
+		},
+		valid: func() bool { return repeated.Load() == 0 && c.clock.Now().Before(until) },
 		// A Release that overtakes an admission in flight undoes it.
 		overtaken: &p.state,
 		// Node events for an Observer; the engine reports the call's.
 		kind: observe.OpAcquire, key: s.key, id: id, masks: &args.masks,
 	})
 	if !won {
+		if r := repeated.Load(); r != 0 {
+			return nil, 0, &tokenError{fmt.Errorf("token %q is already a holder's on %d of %d nodes: the token function must return a new token for every attempt (WithTokenFunc)",
+				token, bits.OnesCount64(r), len(c.nodes))}
+		}
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	p.state.held.Store(&args.masks)
@@ -336,6 +394,33 @@ func (p *Permit) Held() int {
 	}
 	return p.state.Held()
 }
+
+// Margin returns how many more nodes may fail before the permit no longer
+// stands on the semaphore's quorum: the nodes that hold its token or have
+// not answered yet, less the quorum, as Lock.Margin counts against the
+// majority. 0 means one node failure from loss. It is 0 for the nil
+// *Permit.
+func (p *Permit) Margin() int {
+	if p == nil || p.sem == nil {
+		return 0
+	}
+	return p.state.Margin() // the Lock's need is the semaphore's quorum
+}
+
+// Key returns the semaphore's key.
+func (p *Permit) Key() string {
+	if p == nil || p.sem == nil {
+		return ""
+	}
+	return p.sem.key
+}
+
+// Token returns 0: a permit has no fencing token. Permits are shared by up
+// to K holders, so a token that orders them would not say which writes to
+// refuse (docs/semaphore.md); a resource that needs exclusion uses a Lock
+// with WithFencing. It is there so that a Permit and a Lock answer the same
+// questions.
+func (p *Permit) Token() uint64 { return 0 }
 
 // removeOp returns the node operation that removes the permit's token:
 // the undo of a lost acquisition.

@@ -17,8 +17,10 @@ import (
 	"github.com/quorumlock/redlock/observe"
 )
 
-// members returns the tokens in key's sorted set on each node, sorted.
+// members returns the tokens in the sorted set of the semaphore on key, on
+// each node, sorted.
 func (c *cluster) members(key string) [][]string {
+	key = redlock.SemaphoreKey(key)
 	out := make([][]string, len(c.nodes))
 	for i, m := range c.nodes {
 		if !m.Exists(key) {
@@ -48,6 +50,7 @@ func (c *cluster) holding(key, token string) int {
 // fill gives key's set on node i k members that expire in an hour.
 func (c *cluster) fill(t testing.TB, i int, key string, k int) {
 	t.Helper()
+	key = redlock.SemaphoreKey(key)
 	expiry := float64(time.Now().Add(time.Hour).UnixMilli())
 	for j := range k {
 		_, err := c.nodes[i].ZAdd(key, expiry, fmt.Sprintf("other-%d", j))
@@ -66,7 +69,7 @@ func TestSemaphoreQuorum(t *testing.T) {
 			for (k+1)*want <= k*n {
 				want++
 			}
-			s := client.Semaphore("q", k, redlock.AllowNoFaultTolerance())
+			s := mustSemaphore(t, client, "q", k, redlock.AllowNoFaultTolerance())
 			assert.Equal(t, want, s.Quorum(), "N=%d K=%d", n, k)
 			assert.Equal(t, n-want, s.FaultTolerance(), "N=%d K=%d", n, k)
 			if k == 1 {
@@ -76,13 +79,68 @@ func TestSemaphoreQuorum(t *testing.T) {
 	}
 }
 
-// Impossible configurations and bad arguments fail with ErrInvalid from the
-// first call that sees them, before any network call.
+// mustSemaphore makes the semaphore of key, failing the test if it cannot.
+func mustSemaphore(t testing.TB, c *redlock.Client, key string, k int, opts ...redlock.SemaphoreOption) *redlock.Semaphore {
+	t.Helper()
+	s, err := c.Semaphore(key, k, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// acquireOn makes the semaphore of key on c and acquires one permit: the
+// constructor's error, or Acquire's.
+func acquireOn(ctx context.Context, c *redlock.Client, key string, k int, ttl time.Duration) (*redlock.Permit, error) {
+	s, err := c.Semaphore(key, k)
+	if err != nil {
+		return nil, err
+	}
+	return s.Acquire(ctx, ttl)
+}
+
+// tryAcquireOn is acquireOn with TryAcquire.
+func tryAcquireOn(ctx context.Context, c *redlock.Client, key string, k int, ttl time.Duration) (*redlock.Permit, error) {
+	s, err := c.Semaphore(key, k)
+	if err != nil {
+		return nil, err
+	}
+	return s.TryAcquire(ctx, ttl)
+}
+
+// Impossible configurations fail with ErrInvalid when the semaphore is
+// made, and bad arguments from the first call that sees them, before any
+// network call.
 func TestSemaphoreInvalid(t *testing.T) {
 	c := newCluster(t, 5)
 	client := c.client(t)
 	ctx := context.Background()
 	noFT := "needs every node"
+	before := c.gets()
+	for _, tc := range []struct {
+		name    string
+		client  *redlock.Client
+		key     string
+		permits int
+		opts    []redlock.SemaphoreOption
+		message string
+	}{
+		{"zero permits", client, "s", 0, nil, "permits 0"},
+		{"negative permits", client, "s", -3, nil, "permits -3"},
+		{"K=4 on N=5 tolerates no failure", client, "s", 4, nil, noFT},
+		{"K=9 on N=5 tolerates no failure", client, "s", 9, nil, noFT},
+		{"K=2 on N=3 tolerates no failure", newCluster(t, 3).client(t), "s", 2, nil, "at least 4 tolerate one failure"},
+		{"nil option", client, "s", 2, []redlock.SemaphoreOption{nil}, "nil semaphore option"},
+		{"empty key", client, "", 2, nil, "empty key"},
+		{"nil client", nil, "s", 2, nil, "nil or zero *Client"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := tc.client.Semaphore(tc.key, tc.permits, tc.opts...)
+			require.ErrorIs(t, err, redlock.ErrInvalid)
+			assert.Contains(t, err.Error(), tc.message)
+			assert.Nil(t, s)
+		})
+	}
 	for _, tc := range []struct {
 		name    string
 		sem     *redlock.Semaphore
@@ -90,20 +148,13 @@ func TestSemaphoreInvalid(t *testing.T) {
 		ttl     time.Duration
 		message string
 	}{
-		{"zero permits", client.Semaphore("s", 0), ctx, time.Second, "permits 0"},
-		{"negative permits", client.Semaphore("s", -3), ctx, time.Second, "permits -3"},
-		{"K=4 on N=5 tolerates no failure", client.Semaphore("s", 4), ctx, time.Second, noFT},
-		{"K=9 on N=5 tolerates no failure", client.Semaphore("s", 9), ctx, time.Second, noFT},
-		{"nil option", client.Semaphore("s", 2, nil), ctx, time.Second, "nil semaphore option"},
-		{"empty key", client.Semaphore("", 2), ctx, time.Second, "empty key"},
-		{"nil context", client.Semaphore("s", 2), nil, time.Second, "nil context"},
-		{"zero ttl", client.Semaphore("s", 2), ctx, 0, "ttl"},
-		{"ttl within drift", client.Semaphore("s", 2), ctx, 2 * time.Millisecond, "drift"},
+		{"nil context", mustSemaphore(t, client, "s", 2), nil, time.Second, "nil context"},
+		{"zero ttl", mustSemaphore(t, client, "s", 2), ctx, 0, "ttl"},
+		{"ttl within drift", mustSemaphore(t, client, "s", 2), ctx, 2 * time.Millisecond, "drift"},
 		{"nil semaphore", nil, ctx, time.Second, "nil or zero *Semaphore"},
 		{"zero semaphore", &redlock.Semaphore{}, ctx, time.Second, "nil or zero *Semaphore"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := c.gets()
 			for name, call := range map[string]func() (*redlock.Permit, error){
 				"Acquire":    func() (*redlock.Permit, error) { return tc.sem.Acquire(tc.ctx, tc.ttl) },
 				"TryAcquire": func() (*redlock.Permit, error) { return tc.sem.TryAcquire(tc.ctx, tc.ttl) },
@@ -113,16 +164,14 @@ func TestSemaphoreInvalid(t *testing.T) {
 				assert.Contains(t, err.Error(), tc.message, name)
 				assert.Nil(t, p, name)
 			}
-			if tc.sem != nil {
-				err := tc.sem.Do(tc.ctx, tc.ttl, func(context.Context) error { return nil })
-				require.ErrorIs(t, err, redlock.ErrInvalid)
-			}
-			assert.Equal(t, before, c.gets(), "a network call was made")
+			err := tc.sem.Do(tc.ctx, tc.ttl, func(context.Context) error { return nil })
+			require.ErrorIs(t, err, redlock.ErrInvalid)
 		})
 	}
+	assert.Equal(t, before, c.gets(), "a network call was made")
 
 	// Asked for, the configuration without fault tolerance works, on every node.
-	p, err := client.Semaphore("s", 4, redlock.AllowNoFaultTolerance()).TryAcquire(ctx, time.Second)
+	p, err := mustSemaphore(t, client, "s", 4, redlock.AllowNoFaultTolerance()).TryAcquire(ctx, time.Second)
 	require.NoError(t, err)
 	c.settle(t)
 	assert.Equal(t, 5, c.holding("s", p.Value()))
@@ -130,12 +179,12 @@ func TestSemaphoreInvalid(t *testing.T) {
 
 	// One node has no failure to tolerate, whatever K.
 	one := newCluster(t, 1)
-	p, err = one.client(t).Semaphore("s", 7).TryAcquire(ctx, time.Second)
+	p, err = mustSemaphore(t, one.client(t), "s", 7).TryAcquire(ctx, time.Second)
 	require.NoError(t, err)
 	require.NoError(t, p.Release(ctx))
 
 	// A nil function, and the nil *Permit of a failed Acquire.
-	require.ErrorIs(t, client.Semaphore("s", 2).Do(ctx, time.Second, nil), redlock.ErrInvalid)
+	require.ErrorIs(t, mustSemaphore(t, client, "s", 2).Do(ctx, time.Second, nil), redlock.ErrInvalid)
 	var nilPermit *redlock.Permit
 	require.ErrorIs(t, nilPermit.Extend(ctx, time.Second), redlock.ErrInvalid)
 	require.ErrorIs(t, nilPermit.Release(ctx), redlock.ErrInvalid)
@@ -149,7 +198,7 @@ func TestSemaphoreInvalid(t *testing.T) {
 	}
 
 	// A permit's own calls check their arguments too.
-	p, err = client.Semaphore("s", 2).TryAcquire(ctx, time.Second)
+	p, err = mustSemaphore(t, client, "s", 2).TryAcquire(ctx, time.Second)
 	require.NoError(t, err)
 	require.ErrorIs(t, p.Extend(ctx, 0), redlock.ErrInvalid)
 	require.ErrorIs(t, p.Extend(nil, time.Second), redlock.ErrInvalid) //nolint:staticcheck // nil ctx on purpose
@@ -158,7 +207,7 @@ func TestSemaphoreInvalid(t *testing.T) {
 
 	// A closed Client.
 	require.NoError(t, client.Close())
-	_, err = client.Semaphore("s", 2).TryAcquire(ctx, time.Second)
+	_, err = mustSemaphore(t, client, "s", 2).TryAcquire(ctx, time.Second)
 	require.ErrorIs(t, err, redlock.ErrClosed)
 }
 
@@ -168,7 +217,7 @@ func TestSemaphoreAdmitsK(t *testing.T) {
 	for _, tc := range []struct{ n, k int }{{1, 1}, {3, 1}, {5, 1}, {5, 2}, {5, 3}, {7, 3}, {9, 4}} {
 		t.Run(fmt.Sprintf("N=%d/K=%d", tc.n, tc.k), func(t *testing.T) {
 			c := newCluster(t, tc.n)
-			s := c.client(t).Semaphore("pool", tc.k)
+			s := mustSemaphore(t, c.client(t), "pool", tc.k)
 			ctx := context.Background()
 			var held []*redlock.Permit
 			for range tc.k {
@@ -199,7 +248,7 @@ func TestSemaphoreAdmitsK(t *testing.T) {
 			}
 			c.settle(t)
 			for i, m := range c.nodes {
-				assert.False(t, m.Exists("pool"), "node %d: the empty set is deleted", i)
+				assert.False(t, m.Exists(redlock.SemaphoreKey("pool")), "node %d: the empty set is deleted", i)
 			}
 		})
 	}
@@ -215,7 +264,7 @@ func TestSemaphoreEveryFullSubset(t *testing.T) {
 	ctx := context.Background()
 	for mask := 0; mask < 1<<n; mask++ {
 		key := fmt.Sprintf("full-%d", mask)
-		s := client.Semaphore(key, k)
+		s := mustSemaphore(t, client, key, k)
 		require.Equal(t, 4, s.Quorum())
 		for i := range n {
 			if mask&(1<<i) != 0 {
@@ -258,7 +307,7 @@ func TestSemaphoreEveryFailingSubset(t *testing.T) {
 			ctx := context.Background()
 			for mask := 0; mask < 1<<n; mask++ {
 				key := fmt.Sprintf("fail-%d", mask)
-				s := client.Semaphore(key, k)
+				s := mustSemaphore(t, client, key, k)
 				working := n - bits.OnesCount(uint(mask))
 				setFaults := func() {
 					for i, p := range c.pools {
@@ -334,7 +383,7 @@ func TestSemaphoreEveryFailingSubset(t *testing.T) {
 // ErrLockLost, and the other holders' tokens are never touched.
 func TestSemaphoreNonHolder(t *testing.T) {
 	c := newCluster(t, 5)
-	s := c.client(t).Semaphore("s", 2)
+	s := mustSemaphore(t, c.client(t), "s", 2)
 	ctx := context.Background()
 	a, err := s.TryAcquire(ctx, time.Minute)
 	require.NoError(t, err)
@@ -344,7 +393,7 @@ func TestSemaphoreNonHolder(t *testing.T) {
 	scores := func(token string) []float64 {
 		var out []float64
 		for _, m := range c.nodes {
-			sc, err := m.ZScore("s", token)
+			sc, err := m.ZScore(redlock.SemaphoreKey("s"), token)
 			require.NoError(t, err)
 			out = append(out, sc)
 		}
@@ -352,7 +401,7 @@ func TestSemaphoreNonHolder(t *testing.T) {
 	}
 	before := scores(a.Value())
 	for _, m := range c.nodes {
-		_, err := m.ZRem("s", b.Value())
+		_, err := m.ZRem(redlock.SemaphoreKey("s"), b.Value())
 		require.NoError(t, err)
 	}
 
@@ -376,19 +425,19 @@ func TestSemaphoreNonHolder(t *testing.T) {
 // and keeps the set's own ttl at least its latest score.
 func TestSemaphoreExtendNeverShortens(t *testing.T) {
 	c := newCluster(t, 3)
-	s := c.client(t).Semaphore("s", 1)
+	s := mustSemaphore(t, c.client(t), "s", 1)
 	ctx := context.Background()
 	p, err := s.TryAcquire(ctx, time.Minute)
 	require.NoError(t, err)
 	c.settle(t)
 	score := func(i int) time.Time {
-		sc, err := c.nodes[i].ZScore("s", p.Value())
+		sc, err := c.nodes[i].ZScore(redlock.SemaphoreKey("s"), p.Value())
 		require.NoError(t, err)
 		return time.UnixMilli(int64(sc))
 	}
 	first := score(0)
 	assert.WithinDuration(t, time.Now().Add(time.Minute), first, 5*time.Second, "score is the expiry on the node's clock")
-	assert.InDelta(t, time.Minute.Seconds(), c.nodes[0].TTL("s").Seconds(), 5, "the set lives as long as its latest member")
+	assert.InDelta(t, time.Minute.Seconds(), c.nodes[0].TTL(redlock.SemaphoreKey("s")).Seconds(), 5, "the set lives as long as its latest member")
 
 	require.NoError(t, p.Extend(ctx, time.Second))
 	c.settle(t)
@@ -399,7 +448,7 @@ func TestSemaphoreExtendNeverShortens(t *testing.T) {
 	c.settle(t)
 	for i := range c.nodes {
 		assert.WithinDuration(t, time.Now().Add(time.Hour), score(i), 5*time.Second, "node %d", i)
-		assert.InDelta(t, time.Hour.Seconds(), c.nodes[i].TTL("s").Seconds(), 5, "node %d: the set's ttl follows its latest score", i)
+		assert.InDelta(t, time.Hour.Seconds(), c.nodes[i].TTL(redlock.SemaphoreKey("s")).Seconds(), 5, "node %d: the set's ttl follows its latest score", i)
 	}
 	require.NoError(t, p.Release(ctx))
 }
@@ -409,7 +458,7 @@ func TestSemaphoreExtendNeverShortens(t *testing.T) {
 // by the next acquisition, and cannot be extended.
 func TestSemaphoreExpiredMembersRemoved(t *testing.T) {
 	c := newCluster(t, 5)
-	s := c.client(t).Semaphore("s", 2)
+	s := mustSemaphore(t, c.client(t), "s", 2)
 	ctx := context.Background()
 	a, err := s.TryAcquire(ctx, time.Second)
 	require.NoError(t, err)
@@ -447,7 +496,7 @@ func TestSemaphoreExpiredMembersRemoved(t *testing.T) {
 // Acquire waits for a permit to come free.
 func TestSemaphoreAcquireWaits(t *testing.T) {
 	c := newCluster(t, 3)
-	s := c.client(t, redlock.WithTries(1000), redlock.WithRetryDelay(time.Millisecond, 3*time.Millisecond)).Semaphore("s", 1)
+	s := mustSemaphore(t, c.client(t, redlock.WithTries(1000), redlock.WithRetryDelay(time.Millisecond, 3*time.Millisecond)), "s", 1)
 	ctx := context.Background()
 	held, err := s.Acquire(ctx, time.Minute)
 	require.NoError(t, err)
@@ -487,7 +536,7 @@ func TestSemaphoreAcquireWaits(t *testing.T) {
 // Release.
 func TestSemaphorePermitDone(t *testing.T) {
 	c := newCluster(t, 5)
-	s := c.client(t).Semaphore("s", 2)
+	s := mustSemaphore(t, c.client(t), "s", 2)
 	ctx := context.Background()
 	p, err := s.TryAcquire(ctx, 200*time.Millisecond)
 	require.NoError(t, err)
@@ -516,7 +565,7 @@ func TestSemaphorePermitDone(t *testing.T) {
 // ttls, and releases it after.
 func TestSemaphoreDoHolds(t *testing.T) {
 	c := newCluster(t, 5)
-	s := c.client(t).Semaphore("s", 2)
+	s := mustSemaphore(t, c.client(t), "s", 2)
 	const ttl = 150 * time.Millisecond
 	var during int
 	var held *redlock.Permit
@@ -550,7 +599,7 @@ func TestSemaphoreDoHolds(t *testing.T) {
 // fn's context with ErrLockLost, and returns it.
 func TestSemaphoreDoCancelsOnLoss(t *testing.T) {
 	c := newCluster(t, 5)
-	s := c.client(t).Semaphore("s", 2)
+	s := mustSemaphore(t, c.client(t), "s", 2)
 	const ttl = 3 * time.Second
 	var cause error
 	var lostAt time.Time
@@ -574,7 +623,7 @@ func TestSemaphoreDoCancelsOnLoss(t *testing.T) {
 	assert.Less(t, time.Since(lostAt), ttl/3+time.Second, "cancelled at the first refused extension, not at expiry")
 
 	// Not acquired: fn does not run.
-	full := c.client(t).Semaphore("full", 1)
+	full := mustSemaphore(t, c.client(t), "full", 1)
 	p, err := full.TryAcquire(context.Background(), time.Minute)
 	require.NoError(t, err)
 	ran := false
@@ -591,7 +640,7 @@ func TestSemaphoreDoCancelsOnLoss(t *testing.T) {
 func TestSemaphoreReleaseBeforeAdmissionIsSent(t *testing.T) {
 	c := newCluster(t, 5)
 	client := c.client(t)
-	s := client.Semaphore("unsent", 2)
+	s := mustSemaphore(t, client, "unsent", 2)
 	ctx := context.Background()
 	warm, err := s.TryAcquire(ctx, time.Minute) // caches the scripts
 	require.NoError(t, err)
@@ -619,7 +668,7 @@ func TestSemaphoreReleaseBeforeAdmissionIsSent(t *testing.T) {
 // three, fewer than the quorum of 4 (a majority would still be possible).
 func TestSemaphoreHopelessNotRetried(t *testing.T) {
 	c := newCluster(t, 5)
-	s := c.client(t, redlock.WithTries(50)).Semaphore("s", 2)
+	s := mustSemaphore(t, c.client(t, redlock.WithTries(50)), "s", 2)
 	c.pools[0].set(errorReply)
 	c.pools[3].set(errorReply)
 	before := c.gets()
@@ -637,7 +686,7 @@ func TestSemaphoreHopelessNotRetried(t *testing.T) {
 func TestSemaphoreObserverSeesNodes(t *testing.T) {
 	c := newCluster(t, 3)
 	rec := &recorder{}
-	s := c.client(t, redlock.WithObserver(rec)).Semaphore("obs", 1)
+	s := mustSemaphore(t, c.client(t, redlock.WithObserver(rec)), "obs", 1)
 	ctx := context.Background()
 	p, err := s.TryAcquire(ctx, time.Minute)
 	require.NoError(t, err)
@@ -665,6 +714,23 @@ func TestSemaphoreObserverSeesNodes(t *testing.T) {
 			assert.Equal(t, 3, n, "every node's answer to %v", op)
 		}
 	}
-	// The engine reports a semaphore's calls as it does the mutex's.
-	assert.Len(t, rec.kinds(observe.KindAcquired), 1)
+	// The call's own events, as for Lock, under the ID of its node events.
+	acquired := rec.kinds(observe.KindAcquired)
+	require.Len(t, acquired, 1)
+	assert.Equal(t, "obs", acquired[0].Key)
+	assert.Equal(t, 1, acquired[0].Try)
+	assert.Equal(t, s.Quorum(), acquired[0].Quorum)
+	assert.Contains(t, ids[observe.OpAcquire], acquired[0].ID, "the Acquired event's ID is its node events'")
+	require.Len(t, rec.kinds(observe.KindAttempt), 1)
+	assert.Empty(t, rec.kinds(observe.KindNotAcquired))
+
+	// A refused TryAcquire reports NotAcquired.
+	held, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	_, err = s.TryAcquire(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	failed := rec.kinds(observe.KindNotAcquired)
+	require.Len(t, failed, 1)
+	assert.ErrorIs(t, failed[0].Err, redlock.ErrNotObtained)
+	require.NoError(t, held.Release(ctx))
 }

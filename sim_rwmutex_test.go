@@ -26,6 +26,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,8 @@ func init() {
 	simScripts[rwRExtendScript.hash] = simRWRExtend
 	simScripts[rwRUnlockScript.hash] = simRWRUnlock
 	simScripts[rwUnintentScript.hash] = simRWUnintent
+	simScripts[rwUnlockScript.hash] = simRWUnlock
+	simScripts[rwUnwaitScript.hash] = func(*simNode, []any) (any, error) { return int64(0), nil }
 }
 
 // simRWUnsafe holds, for nodes of a deliberately broken schedule, the
@@ -80,12 +83,20 @@ func simLiveReaders(n *simNode, set string) int {
 }
 
 func simRWLock(n *simNode, ka []any) (any, error) {
-	w, r, i, token, ttl, intent, mark := str(ka[0]), str(ka[1]), str(ka[2]), str(ka[3]), num(ka[4]), str(ka[5]), num(ka[6])
+	// ka[3] is the fencing counter, read only with fencing (ka[9] "1");
+	// ka[4], the entitled readers of phase fairness, is not modelled: it
+	// only makes a writer refuse, which the checker's safety does not need.
+	w, r, i, fence, token, ttl, intent, mark, fenced := str(ka[0]), str(ka[1]), str(ka[2]), str(ka[3]), str(ka[5]), num(ka[6]), str(ka[7]), num(ka[8]), str(ka[9])
 	_, writer := n.get(w)
 	if !writer && (simLiveReaders(n, r) == 0 || simRWVariant(n) == rwWriterIgnoresRs) {
 		n.setPX(w, token, ttl)
 		if v, ok := n.get(i); ok && v == intent {
 			delete(n.data, i)
+		}
+		if fenced == "1" {
+			c, _ := n.get(fence)
+			v, _ := strconv.ParseInt(c, 10, 64)
+			return v + 1, nil
 		}
 		return int64(1), nil
 	}
@@ -98,7 +109,10 @@ func simRWLock(n *simNode, ka []any) (any, error) {
 }
 
 func simRWRLock(n *simNode, ka []any) (any, error) {
-	w, r, i, token, ttl := str(ka[0]), str(ka[1]), str(ka[2]), str(ka[3]), num(ka[4])
+	// ka[3] and ka[4], phase fairness's waiting and entitled readers, and
+	// the wait id and registration ttl (ka[7], ka[8]) are not modelled: a
+	// reader is refused on a node with an intent mark, entitled or not.
+	w, r, i, token, ttl := str(ka[0]), str(ka[1]), str(ka[2]), str(ka[5]), num(ka[6])
 	_, writer := n.get(w)
 	_, marked := n.get(i)
 	if (writer && simRWVariant(n) != rwReaderIgnoresW) || marked {
@@ -106,6 +120,20 @@ func simRWRLock(n *simNode, ka []any) (any, error) {
 	}
 	n.setPX(simMember(r, token), token, ttl)
 	return int64(1), nil
+}
+
+// simRWUnlock is rw_unlock.lua without phase fairness: release.lua on the
+// writer key.
+func simRWUnlock(n *simNode, ka []any) (any, error) {
+	key := str(ka[0])
+	if v, ok := n.get(key); ok && v == str(ka[3]) {
+		delete(n.data, key)
+		if str(ka[4]) != "" {
+			n.announce(key)
+		}
+		return int64(1), nil
+	}
+	return int64(0), nil
 }
 
 func simRWRExtend(n *simNode, ka []any) (any, error) {

@@ -221,9 +221,9 @@ func runSemSchedule(t *testing.T, cfg semSimConfig) semSimRun {
 				t.Fatal(err)
 			}
 			clients = append(clients, client)
-			sem := client.Semaphore(simSemKey, cfg.permits, AllowNoFaultTolerance())
-			if sem.err != nil {
-				t.Fatal(sem.err)
+			sem, err := client.Semaphore(simSemKey, cfg.permits, AllowNoFaultTolerance())
+			if err != nil {
+				t.Fatal(err)
 			}
 			if cfg.quorum > 0 {
 				sem.quorum = cfg.quorum

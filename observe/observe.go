@@ -90,9 +90,10 @@ const (
 	OpFence                 // fencing's round 2
 	OpExtend
 	OpRelease
+	OpPublish // an election's leader record, written while the leader holds the key
 )
 
-var opNames = [...]string{OpAcquire: "acquire", OpFence: "fence", OpExtend: "extend", OpRelease: "release"}
+var opNames = [...]string{OpAcquire: "acquire", OpFence: "fence", OpExtend: "extend", OpRelease: "release", OpPublish: "publish"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {

@@ -1,0 +1,444 @@
+package redlock_test
+
+// The semaphore, the RW lock and election on real redis-server nodes: the
+// defects of issue 21, each shown by a test that fails without its fix.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/observe"
+)
+
+// scriptedTokens returns a token function that returns the given tokens in
+// turn ("" for a fresh random one), and fresh ones once they run out.
+func scriptedTokens(tokens ...string) func() (string, error) {
+	var mu sync.Mutex
+	return func() (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var tok string
+		if len(tokens) > 0 {
+			tok, tokens = tokens[0], tokens[1:]
+		}
+		if tok != "" {
+			return tok, nil
+		}
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		return hex.EncodeToString(b), nil
+	}
+}
+
+// A token function that repeats itself must not get a second permit under
+// the same token: ZADD would re-score the member, and one node slot would
+// count for two holders. K=2 on 4 nodes (quorum 3): before the fix, the
+// repeat was granted, the node slots then still had room for a third
+// holder, and three permits were valid at once.
+func TestRealSemaphoreRefusesRepeatedToken(t *testing.T) {
+	addrs := realNodes(t, 4)
+	c := realClient(t, addrs, redlock.WithTokenFunc(scriptedTokens("dup", "dup")))
+	s := mustSemaphore(t, c, "repeat", 2)
+	require.Equal(t, 3, s.Quorum())
+	ctx := context.Background()
+
+	first, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	again, err := s.TryAcquire(ctx, time.Minute)
+	if err == nil {
+		third, err := s.TryAcquire(ctx, time.Minute)
+		t.Fatalf("a repeated token was granted a second permit; a third holder then got in too (%v, err %v): 3 valid permits with K=2", third != nil, err)
+	}
+	assert.Nil(t, again)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Contains(t, err.Error(), "already a holder's")
+	assert.Contains(t, err.Error(), "WithTokenFunc")
+
+	// The first holder's member is intact on every node that admitted it:
+	// the refused attempt's undo did not remove it.
+	key := redlock.SemaphoreKey("repeat")
+	for i, addr := range addrs {
+		conn := realConn(t, addr)
+		require.True(t, realEventually(2*time.Second, func() bool {
+			members, err := redis.Strings(conn.Do("ZRANGE", key, 0, -1))
+			return err == nil && len(members) == 1 && members[0] == "dup"
+		}), "node %d must hold the first holder's member, and only it", i)
+	}
+	second, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err, "the second of K=2 permits is free")
+	_, err = s.TryAcquire(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "a third permit of K=2")
+	require.NoError(t, first.Release(ctx))
+	require.NoError(t, second.Release(ctx))
+}
+
+// On 3 of 5 nodes at maxmemory with noeviction, every primitive's
+// acquisition fails with OOM there, as the mutex's SET does, and writes
+// nothing on them. Before the fix, the semaphore's and the RW lock's
+// scripts began with a write that frees memory (ZREMRANGEBYSCORE), which
+// disables Redis's OOM check for the rest of the script: TryAcquire,
+// TryRLock and a writer's TryLock all succeeded. An extension of a held
+// reader still goes through, as a mutex's does.
+func TestRealPrimitivesRefuseOnOOM(t *testing.T) {
+	addrs := realNodes(t, 5)
+	c := realClient(t, addrs)
+	ctx := context.Background()
+	reader, err := c.RWMutex("oom-held").TryRLock(ctx, time.Minute)
+	require.NoError(t, err)
+
+	full := addrs[:3]
+	for _, addr := range full {
+		conn := realConn(t, addr)
+		_, err := conn.Do("CONFIG", "SET", "maxmemory-policy", "noeviction")
+		require.NoError(t, err)
+		_, err = conn.Do("CONFIG", "SET", "maxmemory", "1")
+		require.NoError(t, err)
+	}
+	sizes := func() []int64 {
+		var out []int64
+		for _, addr := range full {
+			n, err := redis.Int64(realConn(t, addr).Do("DBSIZE"))
+			require.NoError(t, err)
+			out = append(out, n)
+		}
+		return out
+	}
+	before := sizes()
+
+	refused := func(what string, err error) {
+		t.Helper()
+		require.Error(t, err, "%s on 3 of 5 full nodes", what)
+		assert.ErrorIs(t, err, redlock.ErrNotObtained, what)
+		causes := realNodeErrors(err)
+		for i := range full {
+			if assert.Contains(t, causes, i, "%s: node %d's cause", what, i) {
+				assert.Contains(t, causes[i].Error(), "OOM", "%s: node %d", what, i)
+			}
+		}
+	}
+	p, err := mustSemaphore(t, c, "oom-sem", 1).TryAcquire(ctx, time.Minute)
+	refused("TryAcquire", err)
+	assert.Nil(t, p)
+	rw := c.RWMutex("oom-rw")
+	l, err := rw.TryRLock(ctx, time.Minute)
+	refused("TryRLock", err)
+	assert.Nil(t, l)
+	l, err = rw.TryLock(ctx, time.Minute)
+	refused("writer's TryLock", err)
+	assert.Nil(t, l)
+	l, err = rw.Lock(ctx, time.Minute) // a waiting writer's intent mark is a write too
+	refused("writer's Lock", err)
+	assert.Nil(t, l)
+	l, err = c.TryLock(ctx, "oom-mutex", time.Minute)
+	refused("the mutex's TryLock", err)
+	assert.Nil(t, l)
+	assert.Equal(t, before, sizes(), "the full nodes were written to")
+
+	require.NoError(t, reader.Extend(ctx, time.Minute), "a held reader is extended on full nodes, as a mutex is")
+	require.NoError(t, reader.Unlock(ctx))
+}
+
+// A semaphore's keys are its own: a mutex on the same name is another lock,
+// on other keys. Before the fix the semaphore's sorted set was the bare key,
+// so a semaphore failed with WRONGTYPE on a name a mutex held, and a mutex
+// on a name a semaphore held was refused (and retried) as if locked.
+func TestRealSemaphoreKeysApartFromMutex(t *testing.T) {
+	addrs := realNodes(t, 3)
+	c := realClient(t, addrs, redlock.WithKeyPrefix("app:"))
+	ctx := context.Background()
+
+	l, err := c.TryLock(ctx, "mix", time.Minute)
+	require.NoError(t, err)
+	p, err := mustSemaphore(t, c, "mix", 1).TryAcquire(ctx, time.Minute)
+	require.NoError(t, err, "a semaphore on a mutex's name")
+	require.NoError(t, l.Unlock(ctx))
+
+	l, err = c.TryLock(ctx, "mix", time.Minute)
+	require.NoError(t, err, "a mutex on a held semaphore's name")
+	require.NoError(t, l.Unlock(ctx))
+
+	// The set is where SemaphoreKey says, with the prefix inside it.
+	key := redlock.SemaphoreKey("app:mix")
+	assert.Equal(t, "redlock:sem:{app:mix}", key)
+	for i, addr := range addrs {
+		conn := realConn(t, addr)
+		require.True(t, realEventually(2*time.Second, func() bool {
+			_, err := redis.Float64(conn.Do("ZSCORE", key, p.Value()))
+			return err == nil
+		}), "node %d holds the permit's token in %s", i, key)
+	}
+	require.NoError(t, p.Release(ctx))
+}
+
+// Writers of an RWMutex on a Client WithFencing get fencing tokens from the
+// writer key's quorum counters, growing in the order writers are granted,
+// as the mutex's do. Before the fix, Token() was 0. Readers get none.
+func TestRealRWMutexWriterFencing(t *testing.T) {
+	addrs := realNodes(t, 3)
+	c := realClient(t, addrs, redlock.WithFencing())
+	ctx := context.Background()
+	rw := c.RWMutex("fenced")
+	var last uint64
+	for i := range 3 {
+		w, err := rw.TryLock(ctx, time.Minute)
+		require.NoError(t, err)
+		require.Greater(t, w.Token(), last, "writer %d's fencing token", i)
+		last = w.Token()
+		require.NoError(t, w.Unlock(ctx))
+		r, err := rw.TryRLock(ctx, time.Minute)
+		require.NoError(t, err)
+		assert.Zero(t, r.Token(), "a reader has no fencing token")
+		require.NoError(t, r.Unlock(ctx))
+	}
+	// The counter is stored under the writer key's FenceKey, raised to the
+	// last token on at least a majority (a straggler's raise finds the key
+	// released and leaves its counter).
+	writer, _, _ := redlock.RWNames("fenced")
+	raised := 0
+	for _, addr := range addrs {
+		v, err := redis.Uint64(realConn(t, addr).Do("GET", c.FenceKey(writer)))
+		if err == nil && v == last {
+			raised++
+		}
+	}
+	assert.GreaterOrEqual(t, raised, 2, "nodes whose counter is the last token %d", last)
+	// A Client without fencing still gets 0.
+	w, err := realClient(t, addrs).RWMutex("fenced").TryLock(ctx, time.Minute)
+	require.NoError(t, err)
+	assert.Zero(t, w.Token())
+	require.NoError(t, w.Unlock(ctx))
+}
+
+// rwLoad runs 2 writers that want the lock again 1 ms after releasing it and
+// 4 readers that want it again at once, on rw for d, each holding 2 ms. It
+// returns each side's waits (from wanting to holding).
+func rwLoad(tb testing.TB, rw *redlock.RWMutex, d time.Duration) (writes, reads []time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	worker := func(write bool) {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			began := time.Now()
+			var l *redlock.Lock
+			var err error
+			if write {
+				l, err = rw.Lock(ctx, time.Second)
+			} else {
+				l, err = rw.RLock(ctx, time.Second)
+			}
+			if err != nil {
+				continue // ctx ended, or the tries ran out: want it again
+			}
+			wait := time.Since(began)
+			mu.Lock()
+			if write {
+				writes = append(writes, wait)
+			} else {
+				reads = append(reads, wait)
+			}
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			_ = l.Unlock(context.Background())
+			if write {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	for range 2 {
+		wg.Add(1)
+		go worker(true)
+	}
+	for range 4 {
+		wg.Add(1)
+		go worker(false)
+	}
+	wg.Wait()
+	return writes, reads
+}
+
+// p99 returns the 99th percentile of ds, or -1 for none.
+func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return -1
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)*99)/100]
+}
+
+// Phase fairness: with 2 writers that want the lock again 1 ms after
+// releasing it and 4 readers, both sides get in. Before the fix, the
+// writers' intent marks kept every reader out: readers got in 0 times in 3 s
+// in two of three runs.
+func TestRealRWMutexPhaseFair(t *testing.T) {
+	addrs := realNodes(t, 3)
+	c := realClient(t, addrs, redlock.WithTries(1<<20), redlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
+	writes, reads := rwLoad(t, c.RWMutex("fair"), 2*time.Second)
+	t.Logf("writers got in %d times (p99 wait %v), readers %d times (p99 wait %v)", len(writes), p99(writes), len(reads), p99(reads))
+	assert.GreaterOrEqual(t, len(writes), 10, "writers starved")
+	assert.GreaterOrEqual(t, len(reads), 10, "readers starved")
+}
+
+// Neither upgrade nor downgrade: a reader's TryLock is refused while it
+// holds its read lock, and a writer's TryRLock while it holds the write
+// lock (the RWMutex doc comment).
+func TestRealRWMutexNoUpgradeOrDowngrade(t *testing.T) {
+	c := realClient(t, realNodes(t, 3))
+	ctx := context.Background()
+	rw := c.RWMutex("convert")
+	r, err := rw.TryRLock(ctx, time.Minute)
+	require.NoError(t, err)
+	_, err = rw.TryLock(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "upgrade")
+	require.NoError(t, r.Unlock(ctx))
+	w, err := rw.TryLock(ctx, time.Minute)
+	require.NoError(t, err, "after the read lock's Unlock")
+	_, err = rw.TryRLock(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "downgrade")
+	require.NoError(t, w.Unlock(ctx))
+	r, err = rw.TryRLock(ctx, time.Minute)
+	require.NoError(t, err, "after the write lock's Unlock")
+	require.NoError(t, r.Unlock(ctx))
+}
+
+// BenchmarkRWMutexPhaseFair measures both sides' waits under the load of
+// TestRealRWMutexPhaseFair for 3 s on 3 local redis-server nodes: how often
+// each side got in, and its p99 wait from wanting the lock to holding it.
+// One iteration is one 3 s run (-benchtime 1x).
+func BenchmarkRWMutexPhaseFair(b *testing.B) {
+	var addrs []string
+	for _, s := range redistest.StartN(b, 3) {
+		addrs = append(addrs, s.Addr)
+	}
+	c := realClient(b, addrs, redlock.WithTries(1<<20), redlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
+	for i := 0; i < b.N; i++ {
+		writes, reads := rwLoad(b, c.RWMutex(fmt.Sprintf("fair-%d", i)), 3*time.Second)
+		b.ReportMetric(float64(len(writes)), "writes/run")
+		b.ReportMetric(float64(len(reads)), "reads/run")
+		b.ReportMetric(float64(p99(writes).Microseconds())/1000, "writer-p99-ms")
+		b.ReportMetric(float64(p99(reads).Microseconds())/1000, "reader-p99-ms")
+	}
+}
+
+// The leader record is kept wherever the key is: after two of three nodes
+// restart empty, the leader's Extend re-seeds its key there, and its
+// publish loop writes the record there again, so that Leader reads the
+// leader again within a keep tick or two. Before the fix the record was
+// published once, and a majority then read "no leader" for the whole term.
+func TestRealElectionRecordFollowsReseededKey(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr)
+	}
+	c := realClient(t, addrs)
+	ctx := context.Background()
+	e := c.Election("svc", redlock.WithElectionTTL(900*time.Millisecond))
+	ld, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+	defer func() { _ = ld.Resign(ctx) }()
+	got, err := e.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ld.Term(), got.Term)
+
+	// One node at a time, so that the leadership keeps its majority; Extend
+	// re-seeds the key on each restarted node (every ttl/3).
+	for i, s := range servers[1:] {
+		s.Stop()
+		restarted := redistest.StartOnPort(t, s.Port)
+		require.NoError(t, restarted.WaitReady(5*time.Second))
+		conn := realConn(t, s.Addr)
+		require.True(t, realEventually(3*time.Second, func() bool { return realGet(t, conn, "svc") != "" }),
+			"restarted node %d never got the key back", i+1)
+	}
+	require.NoError(t, ld.Err(), "the leadership survived the restarts")
+	var last error
+	ok := realEventually(3*time.Second, func() bool {
+		got, last = e.Leader(ctx)
+		return last == nil && got.Term == ld.Term() && got.Value == "a"
+	})
+	require.True(t, ok, "the leader reads as none after its key was re-seeded: %v", last)
+}
+
+// The publish round of an election shows in an Observer as its own op,
+// "publish", not as an unknown one.
+func TestRealElectionPublishObserved(t *testing.T) {
+	rec := &recorder{}
+	c := realClient(t, realNodes(t, 3), redlock.WithObserver(rec))
+	ctx := context.Background()
+	ld, err := c.Election("obs").Campaign(ctx, "a")
+	require.NoError(t, err)
+	require.True(t, realEventually(2*time.Second, func() bool {
+		n := 0
+		for _, e := range rec.kinds(observe.KindNode) {
+			if e.Op == observe.OpPublish && e.Outcome == observe.OutcomeAgreed {
+				n++
+			}
+		}
+		return n >= 3
+	}), "every node's answer to the publish round")
+	for _, e := range rec.kinds(observe.KindNode) {
+		assert.NotEqual(t, "unknown", e.Op.String(), "node %d's op", e.Node)
+	}
+	require.NoError(t, ld.Resign(ctx))
+}
+
+// Proclaim changes the leader's value and keeps its term, as etcd's does.
+func TestRealElectionProclaim(t *testing.T) {
+	c := realClient(t, realNodes(t, 3))
+	ctx := context.Background()
+	e := c.Election("proclaim")
+	ld, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+	require.NoError(t, ld.Proclaim(ctx, "b"))
+	assert.Equal(t, "b", ld.Value())
+	got, err := e.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, redlock.Leader{Value: "b", Term: ld.Term()}, got)
+
+	require.NoError(t, ld.Resign(ctx))
+	err = ld.Proclaim(ctx, "c")
+	require.ErrorIs(t, err, redlock.ErrNotLeader, "after Resign")
+	assert.Equal(t, "b", ld.Value())
+	var none *redlock.Leadership
+	require.ErrorIs(t, none.Proclaim(ctx, "x"), redlock.ErrInvalid)
+}
+
+// A Permit answers what a Lock answers: Key, Held, Margin (against the
+// semaphore's quorum, not the majority) and Token (0: no fencing).
+func TestRealPermitSurface(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr)
+	}
+	c := realClient(t, addrs, redlock.WithFencing())
+	ctx := context.Background()
+	s := mustSemaphore(t, c, "surface", 2) // quorum 4 of 5
+	p, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, "surface", p.Key())
+	assert.Zero(t, p.Token())
+	require.True(t, realEventually(2*time.Second, func() bool { return p.Held() == 5 }))
+	assert.Equal(t, 1, p.Margin(), "5 holders, quorum 4")
+
+	servers[0].Stop()
+	require.NoError(t, p.Extend(ctx, time.Minute))
+	require.True(t, realEventually(2*time.Second, func() bool { return p.Held() == 4 && p.Margin() == 0 }),
+		"one node down: held %d, margin %d", p.Held(), p.Margin())
+	require.NoError(t, p.Release(ctx))
+}
