@@ -192,7 +192,9 @@ func (c *Client) keep(l lease, ttl time.Duration, stop <-chan struct{}, cancel c
 			last = nil
 			timer.Reset(ttl / extendEvery)
 		case refused(err) && c.clock.Now().Before(l.Until()):
-			err = lostCause("a majority of nodes refused the extension", err)
+			if !errors.Is(err, ErrLockLost) { // Extend's own error says so when it can
+				err = lostCause("a majority of nodes refused the extension", err)
+			}
 			cancel(err)
 			return loss{err: err}
 		default:

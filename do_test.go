@@ -207,11 +207,14 @@ func TestDoRefusalCancelsAtOnce(t *testing.T) {
 		nodes.nodes[1].FlushAll()
 		<-ctx.Done()
 		cause = context.Cause(ctx)
-		return nil
+		return cause // as fn commonly does: the cause it was told
 	})
 	elapsed := time.Since(lostAt)
 	if !errors.Is(err, redlock.ErrLockLost) || !errors.Is(err, redlock.ErrNotObtained) {
 		t.Fatalf("Do = %v, want ErrLockLost wrapping the refused extension", err)
+	}
+	if n := strings.Count(err.Error(), "lock lost"); n != 1 {
+		t.Errorf("Do = %q: says \"lock lost\" %d times; fn returned the cause, which needs no repeating", err, n)
 	}
 	if !strings.Contains(cause.Error(), "refused") {
 		t.Errorf("cause = %v, want it to say the extension was refused", cause)

@@ -118,11 +118,27 @@ func withCause(err, cause error) error {
 	return aggregate(err, []error{cause})
 }
 
+// A tagged error reads as its text and unwraps to sentinels that the text
+// does not need to spell out one after another: Extend's refusal is both
+// ErrNotObtained and ErrLockLost, and says "lock lost" once.
+type tagged struct {
+	text string
+	is   []error
+}
+
+func (e *tagged) Error() string   { return e.text }
+func (e *tagged) Unwrap() []error { return e.is }
+
 // joinErrors returns err and also, both reachable through errors.Is and
-// errors.As, on one line: Do's fn's error and the loss of its lock.
+// errors.As, on one line: Do's fn's error and the loss of its lock. When
+// err already is or wraps also (fn returned context.Cause of its context),
+// err alone says it all, and also is not repeated.
 func joinErrors(err, also error) error {
-	if err == nil {
+	switch {
+	case err == nil:
 		return also
+	case errors.Is(err, also):
+		return err
 	}
 	return &opError{summary: err, causes: []error{also}}
 }

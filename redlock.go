@@ -873,7 +873,8 @@ func (l *Lock) verdict(won bool, t tally, masks *nodeMasks, until, old time.Time
 		if t.lost() && c.clock.Now().Before(old) {
 			// Refusals that all came while the lock was still valid: a key
 			// that expired at its ttl would prove nothing.
-			return aggregate(fmt.Errorf("%w: %w: %s", ErrNotObtained, ErrLockLost, l.goneText(t.refused(), t.n)), t.causes)
+			return aggregate(&tagged{text: prefix + "lock lost: the extension was refused: " + l.goneText(t.refused(), t.n),
+				is: []error{ErrLockLost, ErrNotObtained}}, t.causes)
 		}
 		return t.err(ErrNotObtained)
 	}
