@@ -44,6 +44,9 @@ type NodeError struct {
 }
 
 func (e *NodeError) Error() string {
+	if e == nil || e.Err == nil {
+		return "redlock: node error without a cause"
+	}
 	cause := strings.TrimPrefix(e.Err.Error(), "redlock: ")
 	if e.Addr == "" {
 		return fmt.Sprintf("redlock: node %d: %s", e.Node, cause)
@@ -51,7 +54,12 @@ func (e *NodeError) Error() string {
 	return fmt.Sprintf("redlock: node %d (%s): %s", e.Node, e.Addr, cause)
 }
 
-func (e *NodeError) Unwrap() error { return e.Err }
+func (e *NodeError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

@@ -29,6 +29,8 @@ import (
 // resource has already accepted: its lock has since passed to another holder.
 var ErrStale = errors.New("redlock: stale fencing token")
 
+var errNilGuard = fmt.Errorf("%w: nil *Guard: declare a Guard (its zero value is ready)", redlock.ErrInvalid)
+
 var errTokenZero = fmt.Errorf("%w: fencing token 0: the lock was made without WithFencing", redlock.ErrInvalid)
 
 // A Guard is the resource side of fencing for state kept in this process: it
@@ -49,9 +51,12 @@ type Guard struct {
 // so their holders are stale whether or not this write took effect. It
 // returns ErrStale, without running write, for a stale token, and an
 // error wrapping redlock.ErrInvalid for token 0 (a lock made without
-// WithFencing).
+// WithFencing) or a nil Guard.
 func (g *Guard) Do(token uint64, write func() error) error {
-	if token == 0 {
+	switch {
+	case g == nil:
+		return errNilGuard
+	case token == 0:
 		return errTokenZero
 	}
 	g.mu.Lock()
@@ -66,8 +71,11 @@ func (g *Guard) Do(token uint64, write func() error) error {
 	return write()
 }
 
-// Highest returns the highest token admitted so far.
+// Highest returns the highest token admitted so far (0 for a nil Guard).
 func (g *Guard) Highest() uint64 {
+	if g == nil {
+		return 0
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.highest

@@ -38,6 +38,7 @@ type Pool struct {
 
 var (
 	_ driver.Pool            = (*Pool)(nil)
+	_ driver.Validator       = (*Pool)(nil)
 	_ driver.Namer           = (*Pool)(nil)
 	_ driver.Subscriber      = (*Pool)(nil)
 	_ driver.DeadlineHonorer = (*Pool)(nil)
@@ -109,14 +110,35 @@ func NewPool(addr string, opts ...redis.DialOption) *Pool {
 // caller) fills only with thousands of callers queued on one unreachable
 // master. A Pool built around a program's own *redis.Pool reports
 // false: its Dial may ignore ctx.
-func (p *Pool) HonorsDeadline() bool { return p.keepsDeadline }
+func (p *Pool) HonorsDeadline() bool { return p != nil && p.keepsDeadline }
 
 // Name returns Addr.
-func (p *Pool) Name() string { return p.Addr }
+func (p *Pool) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.Addr
+}
+
+// errNoPool is what a Pool without a *redis.Pool returns from Valid, Exec
+// and Subscribe: Pool{Addr: a} without its Pool field, or a nil *Pool.
+var errNoPool = errors.New("redlock/redigo: the Pool has no *redis.Pool (use NewPool, or set Pool)")
+
+// Valid implements driver.Validator: redlock.New refuses a Pool that has
+// no *redis.Pool, rather than every lock failing later.
+func (p *Pool) Valid() error {
+	if p == nil || p.Pool == nil {
+		return errNoPool
+	}
+	return nil
+}
 
 // Exec sends cmds on one connection from the pool: a single command by
 // DoWithTimeout, several as one pipeline. See driver.Pool.
 func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
+	if err := p.Valid(); err != nil {
+		return err
+	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(poolIOTimeout)
@@ -187,6 +209,9 @@ const pubsubPing = 15 * time.Second
 // Subscribe implements Subscriber on a connection dialled for it alone, not
 // borrowed from the pool, so that it never returns to the pool subscribed.
 func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deliver func(string)) error {
+	if err := p.Valid(); err != nil {
+		return err
+	}
 	conn, err := p.dial(ctx)
 	if err != nil {
 		return err
