@@ -7,8 +7,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,14 +51,19 @@ func scriptedTokens(tokens ...string) func() (string, error) {
 // holder, and three permits were valid at once.
 func TestRealSemaphoreRefusesRepeatedToken(t *testing.T) {
 	addrs := realNodes(t, 4)
-	c := realClient(t, addrs, redlock.WithTokenFunc(scriptedTokens("dup", "dup")))
+	// Two Clients, so that the repeat is each one's first token: a Client
+	// refuses a token that repeats its own last one before sending it
+	// (TestRealRepeatedTokenIsRefused); this is the script's own check.
+	c := realClient(t, addrs, redlock.WithTokenFunc(scriptedTokens("dup")))
+	c2 := realClient(t, addrs, redlock.WithTokenFunc(scriptedTokens("dup")))
 	s := mustSemaphore(t, c, "repeat", 2)
 	require.Equal(t, 3, s.Quorum())
 	ctx := context.Background()
 
 	first, err := s.TryAcquire(ctx, time.Minute)
 	require.NoError(t, err)
-	again, err := s.TryAcquire(ctx, time.Minute)
+	redlock.Settle(c) // every node has admitted it, before the other Client's repeat
+	again, err := mustSemaphore(t, c2, "repeat", 2).TryAcquire(ctx, time.Minute)
 	if err == nil {
 		third, err := s.TryAcquire(ctx, time.Minute)
 		t.Fatalf("a repeated token was granted a second permit; a third holder then got in too (%v, err %v): 3 valid permits with K=2", third != nil, err)
@@ -441,4 +448,64 @@ func TestRealPermitSurface(t *testing.T) {
 	require.True(t, realEventually(2*time.Second, func() bool { return p.Held() == 4 && p.Margin() == 0 }),
 		"one node down: held %d, margin %d", p.Held(), p.Margin())
 	require.NoError(t, p.Release(ctx))
+}
+
+// A token function that returns a constant is refused at its second token,
+// by every primitive, before anything is sent: a repeated token breaks
+// exclusion wherever the token is the holder's identity. Before the fix,
+// two readers shared one member of the readers set, so the first one's
+// Unlock let a writer in while the second still read; and a mutex handle
+// that had expired released the key of the next holder, which had the same
+// token, letting a third client in.
+func TestRealRepeatedTokenIsRefused(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	constant := redlock.WithTokenFunc(func() (string, error) { return "constant", nil })
+	other := realClient(t, addrs)
+	refused := func(t *testing.T, err error) {
+		t.Helper()
+		if !errors.Is(err, redlock.ErrNotObtained) || !strings.Contains(err.Error(), "WithTokenFunc") {
+			t.Fatalf("a second acquisition with the same token = %v, want ErrNotObtained naming WithTokenFunc", err)
+		}
+	}
+
+	t.Run("reader", func(t *testing.T) {
+		c := realClient(t, addrs, constant)
+		first, err := c.RWMutex("repeat:rw").TryRLock(ctx, time.Minute)
+		require.NoError(t, err)
+		second, err := c.RWMutex("repeat:rw").RLock(ctx, time.Minute)
+		if err == nil {
+			require.NoError(t, first.Unlock(ctx))
+			w, err := other.RWMutex("repeat:rw").TryLock(ctx, time.Minute)
+			t.Fatalf("a second reader with the same token was admitted; after the first left, a writer got in while it read: %v (%v)", w != nil, err)
+		}
+		refused(t, err)
+		assert.Nil(t, second)
+		_, err = other.RWMutex("repeat:rw").TryLock(ctx, time.Minute)
+		require.ErrorIs(t, err, redlock.ErrNotObtained, "the first reader still holds")
+		require.NoError(t, first.Unlock(ctx))
+	})
+	t.Run("mutex", func(t *testing.T) {
+		c := realClient(t, addrs, constant)
+		stale, err := c.TryLock(ctx, "repeat:mutex", 200*time.Millisecond)
+		require.NoError(t, err)
+		<-stale.Done() // expired
+		next, err := c.Lock(ctx, "repeat:mutex", time.Minute)
+		if err == nil {
+			_ = stale.Unlock(ctx)
+			l, err := other.TryLock(ctx, "repeat:mutex", time.Minute)
+			t.Fatalf("a new holder got the token of an expired one; the stale handle's Unlock then let another client in: %v (%v)", l != nil, err)
+		}
+		refused(t, err)
+		assert.Nil(t, next)
+	})
+	t.Run("permit", func(t *testing.T) {
+		c := realClient(t, addrs, constant)
+		s := mustSemaphore(t, c, "repeat:sem", 1)
+		first, err := s.TryAcquire(ctx, time.Minute)
+		require.NoError(t, err)
+		_, err = s.Acquire(ctx, time.Minute)
+		refused(t, err)
+		require.NoError(t, first.Release(ctx))
+	})
 }

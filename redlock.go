@@ -47,6 +47,8 @@ type Client struct {
 	nodeTimeout        time.Duration
 	clock              timeSource
 	newToken           func() (string, error)
+	ownTokens          bool                   // WithTokenFunc: newToken is the caller's
+	lastToken          atomic.Pointer[string] // with ownTokens: the token made last (Client.token)
 	fencing            bool
 	obs                observe.Observer   // nil: no events are built
 	observers          []observe.Observer // WithObserver's, joined into obs by New
@@ -132,8 +134,13 @@ func withClock(clock timeSource) Option {
 // default returns 128 random bits from crypto/rand, base64url-encoded. A
 // replacement must return a value unique to each call: the token is what
 // proves ownership to Extend and Unlock. A nil function is rejected.
+//
+// A token equal to the one the function returned just before is refused,
+// as a failed token function is (an error wrapping ErrNotObtained, not
+// retried), so that a function that returns a constant is caught at its
+// second token, before a second holder shares the first one's identity.
 func WithTokenFunc(f func() (string, error)) Option {
-	return func(c *Client) { c.newToken = f }
+	return func(c *Client) { c.newToken, c.ownTokens = f, true }
 }
 
 // WithKeyPrefix puts prefix before every key this Client keeps on the
@@ -403,16 +410,36 @@ func (e *tokenError) Error() string {
 }
 func (e *tokenError) Unwrap() []error { return []error{ErrNotObtained, e.err} }
 
+// token makes an acquisition's token (or an RW waiter's mark) with the
+// token function; its error is a *tokenError. Every primitive takes its
+// tokens here. A token is a holder's identity on the nodes: two holders
+// with one token would each release or extend the other's key (an expired
+// handle freeing the next holder's lock) or share one member of a set (two
+// readers counted as one). So a token function of the caller's that
+// returns the token it returned last is refused; the default one draws 128
+// random bits and is not checked.
+func (c *Client) token() (string, error) {
+	token, err := c.newToken()
+	switch {
+	case err != nil:
+		return "", &tokenError{err}
+	case token == "":
+		return "", &tokenError{errors.New("empty token")}
+	case c.ownTokens:
+		if last := c.lastToken.Swap(&token); last != nil && *last == token {
+			return "", &tokenError{fmt.Errorf("token %q repeats the one before: the token function must return a new token for every attempt (WithTokenFunc)", token)}
+		}
+	}
+	return token, nil
+}
+
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled. A failed attempt also returns the
 // nodes that agreed to its SET before it let them go (wake.go).
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool, wrap func(nodeOp) nodeOp) (*Lock, uint64, error) {
-	token, err := c.newToken()
-	if err == nil && token == "" {
-		err = errors.New("empty token")
-	}
+	token, err := c.token()
 	if err != nil {
-		return nil, 0, &tokenError{err}
+		return nil, 0, err
 	}
 
 	// The Lock holds the command arguments, so that they are made once, in

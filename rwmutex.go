@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -267,11 +266,8 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 	// same across its attempts.
 	var intent string
 	if tries > 1 && (!write || !m.noIntent) {
-		if intent, err = c.newToken(); err == nil && intent == "" {
-			err = errors.New("empty token")
-		}
-		if err != nil {
-			return nil, &tokenError{err}
+		if intent, err = c.token(); err != nil {
+			return nil, err
 		}
 	}
 	marked := false     // an attempt may have left the mark
@@ -312,12 +308,9 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 // on each node that refuses it.
 func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, intent string, mark time.Duration, id uint64) (*Lock, uint64, error) {
 	c := m.client
-	token, err := c.newToken()
-	if err == nil && token == "" {
-		err = errors.New("empty token")
-	}
+	token, err := c.token()
 	if err != nil {
-		return nil, 0, &tokenError{err}
+		return nil, 0, err
 	}
 	// A writer's Lock is the mutex's on the writer key: Extend and Unlock
 	// use the mutex's scripts there. A reader's is on the readers set, with

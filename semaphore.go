@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math/bits"
 	"sync/atomic"
@@ -229,12 +228,9 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 // semaphore's script and quorum.
 func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (*Permit, uint64, error) {
 	c := s.client
-	token, err := c.newToken()
-	if err == nil && token == "" {
-		err = errors.New("empty token")
-	}
+	token, err := c.token()
 	if err != nil {
-		return nil, 0, &tokenError{err}
+		return nil, 0, err
 	}
 	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, ops: &semHoldOps, need: s.quorum, permits: s.permits,
 		args: newCmdArgs(SemaphoreKey(c.keyPrefix+s.key), token, ttl, c.channel)}}
