@@ -78,10 +78,20 @@ type opError struct {
 
 func (e *opError) Error() string {
 	var b strings.Builder
-	b.WriteString(oneLine(e.summary.Error()))
+	summary := oneLine(e.summary.Error())
+	b.WriteString(summary)
+	// The prefix once: a cause drops it if the text before has it. Do's
+	// error begins with fn's own, which has none; the loss after it keeps
+	// its prefix then.
+	prefixed := strings.Contains(summary, prefix)
 	for _, c := range e.causes {
 		b.WriteString("; ")
-		b.WriteString(strings.TrimPrefix(oneLine(c.Error()), prefix))
+		text := oneLine(c.Error())
+		if prefixed {
+			text = strings.TrimPrefix(text, prefix)
+		}
+		prefixed = prefixed || strings.Contains(text, prefix)
+		b.WriteString(text)
 	}
 	return b.String()
 }

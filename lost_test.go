@@ -187,4 +187,8 @@ func TestErrorsAreOneLineAndWalkable(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.ErrorIs(t, err, redlock.ErrLockLost)
 	assert.NotContains(t, err.Error(), "\n")
+	// fn's own error comes first, as fn wrote it; the loss that follows
+	// keeps the package prefix, once (it read "boom; lock lost: ...").
+	assert.Equal(t, 1, strings.Count(err.Error(), "redlock: "), "one prefix: %s", err)
+	assert.True(t, strings.HasPrefix(err.Error(), "boom; redlock: lock lost: "), "fn's error, then the loss: %s", err)
 }
