@@ -311,8 +311,8 @@ func (e *Election) read(ctx context.Context) (ld Leader, decided bool, err error
 // sent, so the terms sent never go back.
 //
 // The channel is unbuffered: a slow receiver delays the next read, and no
-// change is queued. It is closed once ctx ends, and the goroutine behind it
-// returns then, within a node timeout. Bad arguments return an error
+// change is queued. It is closed once ctx ends or the Client is closed, and
+// the goroutine behind it returns then, within a node timeout. Bad arguments return an error
 // wrapping ErrInvalid and no channel.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.open(ctx); err != nil {
@@ -339,6 +339,8 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 				select {
 				case ch <- cur:
 				case <-ctx.Done():
+					return
+				case <-e.client.closing:
 					return
 				}
 				first, last, highest = false, cur, max(highest, cur.Term)

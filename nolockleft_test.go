@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"go.uber.org/goleak"
 )
 
 // Issue 23, "no lock left behind": a release is never skipped, Close ends
@@ -287,6 +288,38 @@ func TestRealCloseEndsHolds(t *testing.T) {
 	}
 	if _, err := other.TryLock(ctx, "close:held", time.Minute); err != nil {
 		t.Errorf("the lock released after Close is still held: %v", err)
+	}
+}
+
+// Close ends an Observe that began before it: its goroutine returns and the
+// channel closes, even while it waits to send a change that no one reads
+// (before the fix it waited for ctx, here forever).
+func TestRealCloseEndsObserve(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	c := realClient(t, addrs)
+	e := c.Election("close:observe", redlock.WithObserveInterval(10*time.Millisecond))
+	before := goleak.IgnoreCurrent()
+	ch, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := <-ch; l.Term != 0 {
+		t.Fatalf("first leader %v, want none", l)
+	}
+	if _, err := c.Election("close:observe", redlock.WithElectionTTL(time.Minute)).Campaign(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	// The change is read within an interval; the send then waits, as no
+	// one receives. (If Close came first, the test passes either way.)
+	time.Sleep(200 * time.Millisecond)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("Observe's goroutine outlives Close: %v", err)
+	}
+	for range ch { // closed, after at most the change it held
 	}
 }
 
