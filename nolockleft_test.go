@@ -451,8 +451,14 @@ func TestRealWakeUpWithKeyPrefix(t *testing.T) {
 // are a minute away; each must get in within seconds.
 func TestRealWakeUpEveryPrimitive(t *testing.T) {
 	addrs := realNodes(t, 3)
+	for _, prefix := range []string{"", "app:"} {
+		t.Run("prefix "+prefix, func(t *testing.T) { testWakeUpEveryPrimitive(t, addrs, prefix) })
+	}
+}
+
+func testWakeUpEveryPrimitive(t *testing.T, addrs []string, prefix string) {
 	ctx := context.Background()
-	owner := realClient(t, addrs)
+	owner := realClient(t, addrs, redlock.WithKeyPrefix(prefix))
 	type pair struct {
 		name    string
 		held    func() (func(context.Context) error, error)
@@ -498,7 +504,7 @@ func TestRealWakeUpEveryPrimitive(t *testing.T) {
 	}
 	for _, p := range pairs {
 		t.Run(p.name, func(t *testing.T) {
-			waiter := realClient(t, addrs, redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+			waiter := realClient(t, addrs, redlock.WithKeyPrefix(prefix), redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
 			t.Cleanup(func() { waiter.Close() })
 			release, err := p.held()
 			if err != nil {
