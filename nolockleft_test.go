@@ -715,3 +715,41 @@ func TestRealInlineQueuedCallerKeepsItsOwnDeadline(t *testing.T) {
 		t.Errorf("a caller without a ctx deadline returned after %v, want its node timeout (%v)", d, timeout)
 	}
 }
+
+// Extend with no ctx deadline keeps its stated bound when it re-seeds: two
+// node timeouts, one for the round and one for the re-seed, even when the
+// majority comes late in the first and the re-seed never answers.
+func TestRealExtendReseedBoundWithoutDeadline(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	const timeout = 300 * time.Millisecond
+	c := realClient(t, addrs, redlock.WithNodeTimeout(timeout))
+	l, err := c.Lock(ctx, "reseed:bound", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	realAwaitToken(t, addrs, "reseed:bound", l.Value())
+	if _, err := realConn(t, addrs[2]).Do("DEL", "reseed:bound"); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan int, 3), make(chan struct{})
+	defer redlock.HoldReseed(l, entered, release)()
+	defer close(release) // the re-seed is held until the test ends
+	node0 := make(chan struct{})
+	defer redlock.HoldNodeStart(c, 0, node0)()
+	time.AfterFunc(timeout/2, func() { close(node0) }) // the majority comes half a node timeout late
+	start := time.Now()
+	err = l.Extend(ctx, time.Minute)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Extend = %v, want nil: a majority extended", err)
+	}
+	if took > 2*timeout+500*time.Millisecond {
+		t.Errorf("Extend took %v, want at most two node timeouts (%v)", took, 2*timeout)
+	}
+	select {
+	case <-entered:
+	default:
+		t.Error("node 2 was not re-seeded")
+	}
+}
