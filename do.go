@@ -184,7 +184,18 @@ func (c *Client) keep(l lease, ttl time.Duration, stop <-chan struct{}, cancel c
 		}
 		// Bounded by the node timeout inside Extend, and by validity here: an
 		// extension that ends after it proves nothing for the time between.
+		// stop (fn returned, Resign) and Close end it at once, so that the
+		// release that follows does not wait for it or for its re-seed: the
+		// release's bound is then the caller's.
 		ctx, done := context.WithDeadline(context.Background(), l.Until())
+		go func() {
+			select {
+			case <-stop:
+			case <-c.closing:
+			case <-ctx.Done():
+			}
+			done()
+		}()
 		err := l.Extend(ctx, ttl)
 		done()
 		switch {

@@ -582,8 +582,9 @@ var errNilLeadership = invalid("nil *Leadership: the Campaign that returned it f
 //   - an error wrapping ErrNotLeader once a Resign has released it, and
 //     ErrInvalid for a nil context or the nil *Leadership; nothing is sent.
 //
-// Resign waits for an extension in flight, then releases: two node timeouts
-// at most.
+// Resign ends an extension in flight at once (it neither waits for it nor
+// for a re-seed it would make), then releases: one node timeout, or two
+// with one node, whose round in flight ends only at its node deadline.
 func (ld *Leadership) Resign(ctx context.Context) error {
 	if ld == nil || ld.lock == nil {
 		return errNilLeadership

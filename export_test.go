@@ -1,5 +1,7 @@
 package redlock
 
+import "time"
+
 // Settle waits until no node call of c is running, including those that
 // returned calls left in the background. Tests use it before they inspect
 // every node.
@@ -77,3 +79,23 @@ func FenceKey(key string) string { return fenceKey(key) }
 
 // ErrorClass is the class events carry (observer.go).
 var ErrorClass = errorClass
+
+// SlowNode makes each round's goroutine for node of client signal started
+// (if it can without blocking) and then wait d before it sends: a node that
+// answers d late. It returns a function that removes the hook.
+func SlowNode(client *Client, node int, d time.Duration, started chan<- struct{}) (undo func()) {
+	hook := func(c *Client, n int) {
+		if c == client && n == node {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			time.Sleep(d)
+		}
+	}
+	testHookNodeStart.Store(&hook)
+	return func() { testHookNodeStart.Store(nil) }
+}
+
+// LeadershipLock returns the lock behind a leadership.
+func LeadershipLock(ld *Leadership) *Lock { return ld.lock }

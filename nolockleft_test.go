@@ -753,3 +753,43 @@ func TestRealExtendReseedBoundWithoutDeadline(t *testing.T) {
 		t.Error("node 2 was not re-seeded")
 	}
 }
+
+// Resign keeps its stated bound, two node timeouts, when an extension is in
+// flight that wins late and then re-seeds a node that restarted empty (the
+// re-seed never answers), and the release then waits for a slow node too.
+// Before the fix Resign waited for that extension and its re-seed, nearly
+// two node timeouts, before it sent the release: nearly three in all.
+func TestRealResignBoundWithExtensionInFlight(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	const timeout = 500 * time.Millisecond
+	c := realClient(t, addrs, redlock.WithNodeTimeout(timeout))
+	ld, err := c.Election("resign:bound", redlock.WithElectionTTL(3*time.Second)).Campaign(ctx, "v") // extended every second
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := redlock.LeadershipLock(ld)
+	realAwaitToken(t, addrs, "resign:bound", l.Value())
+	redlock.Settle(c)
+	if _, err := realConn(t, addrs[2]).Do("DEL", "resign:bound"); err != nil { // node 2 restarted empty
+		t.Fatal(err)
+	}
+	entered, release := make(chan int, 3), make(chan struct{})
+	defer redlock.HoldReseed(l, entered, release)()
+	defer close(release) // the re-seed never answers
+	started := make(chan struct{}, 1)
+	defer redlock.SlowNode(c, 0, timeout*9/10, started)() // node 0 answers late, within its timeout
+	select {
+	case <-started: // the next extension (and publish) round has begun
+	case <-time.After(10 * time.Second):
+		t.Fatal("no extension began")
+	}
+	time.Sleep(50 * time.Millisecond) // both rounds of the leadership are in flight
+	start := time.Now()
+	err = ld.Resign(ctx)
+	took := time.Since(start)
+	t.Logf("Resign took %v: %v", took, err)
+	if took > 2*timeout+300*time.Millisecond {
+		t.Errorf("Resign took %v, want at most two node timeouts (%v)", took, 2*timeout)
+	}
+}
