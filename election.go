@@ -436,16 +436,16 @@ func (ld *Leadership) run() {
 }
 
 // publish stores the leader record on every node that still holds the
-// leader's key, and reports whether a majority did. It takes at most one
-// node timeout.
-func (ld *Leadership) publish(ctx context.Context) bool {
+// leader's key, and reports whether a majority did, with the round's tally
+// (its causes, if it was lost). It takes at most one node timeout.
+func (ld *Leadership) publish(ctx context.Context) (bool, tally) {
 	c, l := ld.election.client, ld.lock
 	ld.mu.Lock()
 	value := any(ld.value)
 	ld.mu.Unlock()
 	token, term := any(l.token), any(int64(l.fence))
 	key, record := l.args.key, any(ld.election.record) // the key on the nodes, with the prefix
-	won, _ := c.fanout(ctx, round{
+	won, t := c.fanout(ctx, round{
 		key: l.key, kind: observe.OpPublish, id: c.newID(),
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			reply, err := n.eval(ctx, deadline, l.args.lane, &electPublishScript, key, record, token, term, value)
@@ -455,7 +455,7 @@ func (ld *Leadership) publish(ctx context.Context) bool {
 	if won {
 		ld.published.Store(true)
 	}
-	return won
+	return won, t
 }
 
 // Proclaim changes the value the leader publishes, keeping its term, as
@@ -486,13 +486,10 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	ld.value = value
 	ld.mu.Unlock()
 	ld.published.Store(false) // the background loop republishes at the retry pace until a majority has it
-	if !ld.publish(ctx) {
-		err := fmt.Errorf("%w: election %q: the new value reached fewer than a majority of nodes; it is published again in the background",
-			ErrNotObtained, ld.election.name)
-		if ctx.Err() != nil {
-			return withCause(err, ctx.Err())
-		}
-		return err
+	if won, t := ld.publish(ctx); !won {
+		// t's causes have ctx's error if ctx ended (fanout adds it).
+		return aggregate(fmt.Errorf("%w: election %q: the new value reached fewer than a majority of nodes; it is published again in the background",
+			ErrNotObtained, ld.election.name), t.causes)
 	}
 	return nil
 }

@@ -192,3 +192,26 @@ func TestErrorsAreOneLineAndWalkable(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(err.Error(), "redlock: "), "one prefix: %s", err)
 	assert.True(t, strings.HasPrefix(err.Error(), "boom; redlock: lock lost: "), "fn's error, then the loss: %s", err)
 }
+
+// Proclaim's error, when too few nodes take the new value, carries the
+// NodeError of each node that failed, as every other call's does (it had
+// none: the publish round's causes were dropped).
+func TestProclaimErrorNamesTheNodes(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t)
+	ctx := context.Background()
+	ld, err := client.Election("proclaim:nodes").Campaign(ctx, "a")
+	require.NoError(t, err)
+	defer func() { _ = ld.Resign(ctx) }()
+	c.pools[1].set(failing)
+	c.pools[2].set(failing)
+	err = ld.Proclaim(ctx, "b")
+	c.pools[1].set(healthy)
+	c.pools[2].set(healthy)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.ErrorIs(t, err, errNodeDown)
+	assert.Equal(t, 1, strings.Count(err.Error(), "redlock: "), "one prefix: %s", err)
+	found := realNodeErrors(err)
+	assert.Contains(t, found, 1, "node 1's failure: %v", err)
+	assert.Contains(t, found, 2, "node 2's failure: %v", err)
+}
