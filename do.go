@@ -60,7 +60,8 @@ const extendEvery = 3
 //
 // If the Client is closed while fn runs, Do stops extending, cancels fn's
 // context with a cause wrapping ErrClosed and ErrLockLost, and releases the
-// lock at once; Do's error then wraps both.
+// lock at once; Do's error then wraps both. If it is closed as the lock is won, Do
+// releases it and returns an error wrapping ErrClosed, and fn does not run.
 //
 // If fn panics, Do stops extending, releases the lock and re-panics.
 // Do starts no goroutine that outlives it, beyond the node calls that Lock
@@ -114,11 +115,13 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 		_ = release(context.WithoutCancel(ctx))
 	}
 	remove, ok := c.onClose(closeHold)
-	if !ok { // closed between the acquisition and here
+	if !ok {
+		// Closed between the acquisition and here: release, and do not run
+		// fn, which the lock no longer protects.
 		closeHold()
-	} else {
-		defer remove()
+		return errClosedBeforeFn
 	}
+	defer remove()
 	go func() { kept <- c.keep(l, ttl, stop, cancel) }()
 
 	defer func() {
@@ -153,6 +156,10 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 	}()
 	return fn(fnCtx)
 }
+
+// errClosedBeforeFn is Do's error when Close released the lock it had
+// just acquired, before fn could run.
+var errClosedBeforeFn = fmt.Errorf("%w: the lock was won as the client closed, and released; fn did not run", ErrClosed)
 
 // A loss is how keep ended: err is nil if fn returned first; expired tells a
 // loss by running out of validity from one proven by refusals.

@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/observe"
 	"go.uber.org/goleak"
 )
 
@@ -791,5 +792,65 @@ func TestRealResignBoundWithExtensionInFlight(t *testing.T) {
 	t.Logf("Resign took %v: %v", took, err)
 	if took > 2*timeout+300*time.Millisecond {
 		t.Errorf("Resign took %v, want at most two node timeouts (%v)", took, 2*timeout)
+	}
+}
+
+// An observer that closes the Client when it is told of an acquisition: the
+// moment between Do's acquisition and its fn.
+type closeOnAcquired struct {
+	c   atomic.Pointer[redlock.Client]
+	key string
+}
+
+func (o *closeOnAcquired) Observe(_ context.Context, e observe.Event) {
+	if c := o.c.Load(); c != nil && e.Kind == observe.KindAcquired && e.Key == o.key {
+		_ = c.Close()
+	}
+}
+
+// Do whose lock Close released between the acquisition and fn does not run
+// fn: fn would run unprotected, as Do promises never to. It returns an error
+// wrapping ErrClosed, and the key is free. (Before the fix fn ran, with a
+// cancelled context.)
+func TestRealDoClosedBeforeFnDoesNotRunIt(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	for _, do := range []struct {
+		name string
+		run  func(c *redlock.Client, fn func(context.Context) error) error
+	}{
+		{"Do", func(c *redlock.Client, fn func(context.Context) error) error {
+			return c.Do(ctx, "closed:do", time.Minute, fn)
+		}},
+		{"RWMutex.Do", func(c *redlock.Client, fn func(context.Context) error) error {
+			return c.RWMutex("closed:do").Do(ctx, time.Minute, fn)
+		}},
+		{"Semaphore.Do", func(c *redlock.Client, fn func(context.Context) error) error {
+			s, err := c.Semaphore("closed:do", 1)
+			if err != nil {
+				return err
+			}
+			return s.Do(ctx, time.Minute, fn)
+		}},
+	} {
+		t.Run(do.name, func(t *testing.T) {
+			obs := &closeOnAcquired{key: "closed:do"}
+			c := realClient(t, addrs, redlock.WithObserver(obs))
+			obs.c.Store(c)
+			ran := false
+			err := do.run(c, func(context.Context) error { ran = true; return nil })
+			if ran {
+				t.Error("fn ran after Close had released its lock")
+			}
+			if !errors.Is(err, redlock.ErrClosed) {
+				t.Errorf("Do = %v, want ErrClosed", err)
+			}
+		})
+	}
+	other := realClient(t, addrs)
+	if l, err := other.TryLock(ctx, "closed:do", time.Minute); err != nil {
+		t.Errorf("the lock is still held: %v", err)
+	} else {
+		_ = l.Unlock(ctx)
 	}
 }
