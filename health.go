@@ -39,7 +39,9 @@ func (h Health) String() string {
 // Ping sends PING to every node in parallel and reports each node's answer.
 // Each node has the node timeout, or until ctx's deadline if that is sooner;
 // a node that has not answered by then counts as failed with ErrNodeTimeout,
-// so Ping takes at most one node timeout whatever the nodes do.
+// or with ctx's error if ctx has ended (the caller stopped waiting; the
+// node may be fine), so Ping takes at most one node timeout whatever the
+// nodes do.
 //
 // Ping reports node failures in the Health, not as an error: its error is
 // non-nil only for a nil ctx or a nil or zero Client (ErrInvalid), or a
@@ -85,9 +87,15 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 		}
 		break
 	}
+	// A node still silent when the caller's ctx ended did not time out: the
+	// caller stopped waiting, and its health says so with ctx's error.
+	silent := ErrNodeTimeout
+	if err := ctxEnded(ctx); err != nil {
+		silent = err
+	}
 	for i, nd := range c.nodes {
 		if !answered[i] {
-			h.Nodes[i] = NodeHealth{Node: i, Addr: nd.name, Latency: time.Since(start), Err: nd.nodeError(ErrNodeTimeout)}
+			h.Nodes[i] = NodeHealth{Node: i, Addr: nd.name, Latency: time.Since(start), Err: nd.nodeError(silent)}
 		}
 		if h.Nodes[i].Err == nil {
 			h.Up++

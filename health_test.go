@@ -49,6 +49,25 @@ func TestPing(t *testing.T) {
 
 	_, err = client.Ping(nil) //nolint:staticcheck
 	assert.ErrorIs(t, err, redlock.ErrInvalid)
+
+	// A node that has not answered when the caller's ctx ends is reported
+	// with ctx's error, not as a node timeout: the node did not time out,
+	// the caller stopped waiting (before the fix: ErrNodeTimeout).
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	h, err = client.Ping(ctx)
+	require.NoError(t, err)
+	assert.ErrorIs(t, h.Nodes[3].Err, context.DeadlineExceeded, "the hanging node, with ctx's deadline: %v", h.Nodes[3].Err)
+	assert.NotErrorIs(t, h.Nodes[3].Err, redlock.ErrNodeTimeout)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	h, err = client.Ping(cancelled)
+	require.NoError(t, err)
+	for _, i := range []int{0, 2, 3, 4} { // node 1 may have answered that it is down
+		if err := h.Nodes[i].Err; err != nil {
+			assert.ErrorIs(t, err, context.Canceled, "node %d with an ended ctx", i)
+		}
+	}
 }
 
 // Close waits for the releases that Unlock left running, so that a program
