@@ -179,6 +179,8 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		rtt := time.Since(sent)
 		_, tokenFailed := err.(*tokenError) // as attempts return it; errors.As would allocate
 		switch {
+		case err == errClosedBetweenRounds:
+			return giveUp(label, err)
 		case err == nil && c.closed.Load():
 			// Won after Close began: let it go again, so that Close
 			// leaves nothing held (within the bound Close states).
@@ -280,6 +282,23 @@ func (c *Client) pause(ctx context.Context, wt *waiter, next time.Time, stagger 
 			return true, nil
 		}
 	}
+}
+
+// errClosedBetweenRounds is the error of a fenced attempt that Close
+// overtook between its two rounds (closedBetweenRounds).
+var errClosedBetweenRounds = fmt.Errorf("%w: the acquisition was let go between its fencing rounds", ErrClosed)
+
+// closedBetweenRounds reports whether Close has begun once a fenced
+// attempt's first round is won, and if so lets the attempt go on every node
+// (release), as a lost second round would: a closed Client hands out
+// nothing, and running the second round first would keep Close waiting for
+// two more rounds, past its bound.
+func (c *Client) closedBetweenRounds(ctx context.Context, l *Lock, release nodeOp) bool {
+	if !c.closed.Load() {
+		return false
+	}
+	c.undoEvery(ctx, round{undo: release, lost: l.letGo})
+	return true
 }
 
 // releaseRound sends a release round (r) whatever ctx says: detached from

@@ -99,3 +99,15 @@ func SlowNode(client *Client, node int, d time.Duration, started chan<- struct{}
 
 // LeadershipLock returns the lock behind a leadership.
 func LeadershipLock(ld *Leadership) *Lock { return ld.lock }
+
+// SlowNodes makes each round's goroutine for the nodes in mask, of client,
+// wait d before it sends. It returns a function that removes the hook.
+func SlowNodes(client *Client, mask uint64, d time.Duration) (undo func()) {
+	hook := func(c *Client, n int) {
+		if c == client && mask&(1<<n) != 0 {
+			time.Sleep(d)
+		}
+	}
+	testHookNodeStart.Store(&hook)
+	return func() { testHookNodeStart.Store(nil) }
+}

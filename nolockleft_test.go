@@ -854,3 +854,43 @@ func TestRealDoClosedBeforeFnDoesNotRunIt(t *testing.T) {
 		_ = l.Unlock(ctx)
 	}
 }
+
+// Close keeps its bound, and leaves no node call running, when it comes
+// during a fenced acquisition whose rounds each win late: before the fix
+// the attempt ran its fencing round after Close too, won, and only then was
+// released, three slow rounds in all, so Close gave up waiting at its bound
+// (ErrNodeTimeout) with the release still running. The attempt is now let
+// go between its rounds once Close has begun.
+func TestRealCloseDuringFencedAcquisition(t *testing.T) {
+	for _, primitive := range []string{"mutex", "writer"} {
+		t.Run(primitive, func(t *testing.T) {
+			addrs := realNodes(t, 3)
+			const timeout = 500 * time.Millisecond
+			c := realClient(t, addrs, redlock.WithNodeTimeout(timeout), redlock.WithFencing())
+			defer redlock.SlowNodes(c, 0b011, timeout*7/10)() // two nodes answer late: every round wins late
+			got := make(chan error, 1)
+			go func() {
+				var err error
+				if primitive == "mutex" {
+					_, err = c.Lock(context.Background(), "close:fenced", time.Minute)
+				} else {
+					_, err = c.RWMutex("close:fenced").Lock(context.Background(), time.Minute)
+				}
+				got <- err
+			}()
+			time.Sleep(20 * time.Millisecond) // round 1 is in flight
+			start := time.Now()
+			err := c.Close()
+			took := time.Since(start)
+			if err != nil {
+				t.Errorf("Close = %v after %v: node calls outlived its bound", err, took)
+			}
+			if took > 2*timeout+300*time.Millisecond {
+				t.Errorf("Close took %v, want at most two node timeouts (%v)", took, 2*timeout)
+			}
+			if err := <-got; !errors.Is(err, redlock.ErrClosed) {
+				t.Errorf("the acquisition = %v, want ErrClosed", err)
+			}
+		})
+	}
+}

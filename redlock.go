@@ -490,6 +490,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	}
 
 	if fencing {
+		if c.closedBetweenRounds(ctx, l, release) {
+			return nil, 0, errClosedBetweenRounds
+		}
 		// Fencing, round 2: the token exceeds every counter the majority
 		// reported, and counts only once a majority stored it while still
 		// holding the key, within the same validity window.

@@ -372,6 +372,9 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	l.held.Store(&args.masks)
 	args.masks.settle() // won
 	if write && c.fencing {
+		if c.closedBetweenRounds(ctx, l, release) {
+			return nil, 0, errClosedBetweenRounds
+		}
 		if err := m.fence(ctx, l, release, until, id); err != nil {
 			return nil, args.masks.agreed.Load(), err
 		}
