@@ -389,14 +389,20 @@ func TestRealElectionPublishObserved(t *testing.T) {
 	ctx := context.Background()
 	ld, err := c.Election("obs").Campaign(ctx, "a")
 	require.NoError(t, err)
-	require.True(t, realEventually(2*time.Second, func() bool {
-		n := 0
+	// Every node answers within its node timeout; a majority agreed, as
+	// Campaign returned. (The third node may refuse on a loaded machine:
+	// its acquiring SET timed out, so its key is not the leader's.)
+	require.True(t, realEventually(10*time.Second, func() bool {
+		n, agreed := 0, 0
 		for _, e := range rec.kinds(observe.KindNode) {
-			if e.Op == observe.OpPublish && e.Outcome == observe.OutcomeAgreed {
+			if e.Op == observe.OpPublish {
 				n++
+				if e.Outcome == observe.OutcomeAgreed {
+					agreed++
+				}
 			}
 		}
-		return n >= 3
+		return n >= 3 && agreed >= 2
 	}), "every node's answer to the publish round")
 	for _, e := range rec.kinds(observe.KindNode) {
 		assert.NotEqual(t, "unknown", e.Op.String(), "node %d's op", e.Node)
