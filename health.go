@@ -121,21 +121,28 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 // so that a program that exits right after Close leaves no key behind.
 // Close returns within two node timeouts: the releases it sends, and the
 // calls in flight, end within one; the undo of an attempt that those
-// calls lose, within one more. If calls are still running then, it returns
-// an error wrapping ErrNodeTimeout; otherwise nil. Close does not close the
+// calls lose, within one more. An RWMutex's waiting Lock or RLock then
+// removes its wait mark from the nodes (it would hold readers back for its
+// whole ttl otherwise): three node timeouts when one waits. If calls are
+// still running then, it returns an error wrapping ErrNodeTimeout;
+// otherwise nil. Close does not close the
 // pools: they belong to the caller. It is safe to call more than once; a
 // nil or zero Client returns an error wrapping ErrInvalid.
 func (c *Client) Close() error {
+	// closeTimeouts is Close's bound in node timeouts: an attempt in
+	// flight, its undo, and an RW waiter's removal of its wait mark.
+	const closeTimeouts = 3
 	if err := c.usable(); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * c.nodeTimeout)
+	limit := closeTimeouts * c.nodeTimeout
+	deadline := time.Now().Add(limit)
 	c.startClose()
 	if c.wake != nil && !c.wake.close(max(time.Until(deadline), 0)) {
-		return fmt.Errorf("%w: release subscriptions still open after %v", ErrNodeTimeout, 2*c.nodeTimeout)
+		return fmt.Errorf("%w: release subscriptions still open after %v", ErrNodeTimeout, limit)
 	}
 	if !c.calls.wait(max(time.Until(deadline), 0)) {
-		return fmt.Errorf("%w: node calls still running after %v", ErrNodeTimeout, 2*c.nodeTimeout)
+		return fmt.Errorf("%w: node calls still running after %v", ErrNodeTimeout, limit)
 	}
 	return nil
 }

@@ -894,3 +894,46 @@ func TestRealCloseDuringFencedAcquisition(t *testing.T) {
 		})
 	}
 }
+
+// Close keeps its bound, and leaves no node call running, when it comes
+// during a waiting RW writer's attempt with a frozen node (SIGSTOP): the
+// attempt's undo on the frozen node, then the writer's removal of its
+// intent mark, which must still go out so that readers are not held back:
+// three node timeouts. Before the fix Close stopped waiting at two and
+// returned ErrNodeTimeout with the removal still running, while its doc
+// said everything ends within two.
+func TestRealCloseDuringRWWriterAttemptWithFrozenNode(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	addrs := []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}
+	const timeout = 400 * time.Millisecond
+	ctx := context.Background()
+	owner := realClient(t, addrs, redlock.WithNodeTimeout(timeout))
+	reader, err := owner.RWMutex("close:rw").RLock(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.Settle(owner)
+	if err := servers[2].Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[2].Thaw() })
+	c := realClient(t, addrs, redlock.WithNodeTimeout(timeout), redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+	defer redlock.SlowNode(c, 0, timeout/2, nil)() // node 0 refuses half a node timeout late
+	got := make(chan error, 1)
+	go func() { _, err := c.RWMutex("close:rw").Lock(ctx, time.Minute); got <- err }()
+	time.Sleep(timeout / 8) // the writer's first attempt is in flight
+	start := time.Now()
+	err = c.Close()
+	took := time.Since(start)
+	if err != nil {
+		t.Errorf("Close = %v after %v: node calls outlived its bound", err, took)
+	}
+	if took > 3*timeout+300*time.Millisecond {
+		t.Errorf("Close took %v, want at most three node timeouts (%v)", took, 3*timeout)
+	}
+	if err := <-got; !errors.Is(err, redlock.ErrClosed) {
+		t.Errorf("the writer = %v, want ErrClosed", err)
+	}
+	_ = servers[2].Thaw()
+	_ = reader.Unlock(ctx)
+}
