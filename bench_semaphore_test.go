@@ -54,6 +54,42 @@ func BenchmarkSemaphoreAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkSemaphoreWeighted: TryAcquire+Release of one more permit on
+// N=5, serial, on a key whose K=16 permits are held up to one (or all free),
+// in three shapes: free, 15 holders of weight 1, one holder of weight 15;
+// and a permit of weight 16 on a free key. The acquire script adds up the
+// live members' weights, so its cost follows the number of members, not
+// the weight they hold: "15x1" is the most a K=16 key can make it read.
+// K=16 on N=5 needs every node, so it runs with AllowNoFaultTolerance.
+func BenchmarkSemaphoreWeighted(b *testing.B) {
+	pools := benchNodes(b, 5)
+	c := benchClient(b, pools)
+	const k = 16
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name           string
+		holders, w, op int
+	}{
+		{"held=0/w=1", 0, 0, 1},
+		{"held=15x1/w=1", 15, 1, 1},
+		{"held=1x15/w=1", 1, 15, 1},
+		{"held=0/w=16", 0, 0, 16},
+	} {
+		b.Run("N=5/K=16/"+tc.name, func(b *testing.B) {
+			key := "weighted-" + tc.name
+			for range tc.holders {
+				p, err := mustSemaphore(b, c, key, k, redlock.AllowNoFaultTolerance(), redlock.WithWeight(tc.w)).TryAcquire(ctx, time.Hour)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = p.Release(context.Background()) })
+			}
+			s := mustSemaphore(b, c, key, k, redlock.AllowNoFaultTolerance(), redlock.WithWeight(tc.op))
+			benchkit.Serial(b, func(ctx context.Context, _ string) error { return benchSemaphore(s)(ctx, key) })
+		})
+	}
+}
+
 // BenchmarkSemaphoreContention: 16 goroutines on one key, each retrying
 // Acquire (1-3ms apart) until it holds a permit, then releasing it at once.
 // handoffs/s is permits granted per second. The mutex, retrying Lock the

@@ -73,7 +73,7 @@ func TestRealSemaphoreRefusesRepeatedToken(t *testing.T) {
 		conn := realConn(t, addr)
 		require.True(t, realEventually(2*time.Second, func() bool {
 			members, err := redis.Strings(conn.Do("ZRANGE", key, 0, -1))
-			return err == nil && len(members) == 1 && members[0] == "dup"
+			return err == nil && len(members) == 1 && members[0] == "1:dup"
 		}), "node %d must hold the first holder's member, and only it", i)
 	}
 	second, err := s.TryAcquire(ctx, time.Minute)
@@ -175,7 +175,7 @@ func TestRealSemaphoreKeysApartFromMutex(t *testing.T) {
 	for i, addr := range addrs {
 		conn := realConn(t, addr)
 		require.True(t, realEventually(2*time.Second, func() bool {
-			_, err := redis.Float64(conn.Do("ZSCORE", key, p.Value()))
+			_, err := redis.Float64(conn.Do("ZSCORE", key, "1:"+p.Value()))
 			return err == nil
 		}), "node %d holds the permit's token in %s", i, key)
 	}
@@ -441,4 +441,54 @@ func TestRealPermitSurface(t *testing.T) {
 	require.True(t, realEventually(2*time.Second, func() bool { return p.Held() == 4 && p.Margin() == 0 }),
 		"one node down: held %d, margin %d", p.Held(), p.Margin())
 	require.NoError(t, p.Release(ctx))
+}
+
+// Weighted permits on real nodes: K=3 on 4 live nodes and one frozen one
+// (quorum 4 of 5, so the frozen node is the one failure tolerated), under a
+// key prefix. A permit of weight 2 and one of weight 1 fill K; each node's
+// set holds "weight:token" members whose weights add up to at most K; and
+// every call returns within its bound although one node never answers.
+func TestRealSemaphoreWeighted(t *testing.T) {
+	frozen := redistest.StartFrozen(t)
+	addrs := append(realNodes(t, 4), frozen.Addr())
+	const timeout = 200 * time.Millisecond
+	c := realClient(t, addrs, redlock.WithKeyPrefix("app:"), redlock.WithNodeTimeout(timeout))
+	ctx := context.Background()
+	two := mustSemaphore(t, c, "gpu", 3, redlock.WithWeight(2))
+	one := mustSemaphore(t, c, "gpu", 3)
+	require.Equal(t, 1, two.FaultTolerance())
+
+	timed := func(what string, f func() error) error {
+		t.Helper()
+		began := time.Now()
+		err := f()
+		// One node timeout per attempt, two when a lost one is undone;
+		// generous slack for a shared machine.
+		assert.Less(t, time.Since(began), 2*timeout+time.Second, "%s took too long", what)
+		return err
+	}
+	var a, b *redlock.Permit
+	require.NoError(t, timed("weight 2", func() (err error) { a, err = two.TryAcquire(ctx, time.Minute); return err }))
+	require.NoError(t, timed("weight 1", func() (err error) { b, err = one.TryAcquire(ctx, time.Minute); return err }))
+	err := timed("weight 1 over K", func() error { _, err := one.TryAcquire(ctx, time.Minute); return err })
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Equal(t, 2, a.Weight())
+	require.True(t, realEventually(2*time.Second, func() bool { return a.Held() == 4 && a.Margin() == 0 }),
+		"4 live holders, quorum 4: held %d, margin %d", a.Held(), a.Margin())
+
+	key := redlock.SemaphoreKey("app:gpu")
+	for i, addr := range addrs[:4] {
+		conn := realConn(t, addr)
+		members, err := redis.Strings(conn.Do("ZRANGE", key, 0, -1))
+		require.NoError(t, err)
+		slices.Sort(members)
+		want := []string{"1:" + b.Value(), "2:" + a.Value()}
+		slices.Sort(want)
+		assert.Equal(t, want, members, "node %d", i)
+	}
+	require.NoError(t, timed("release weight 2", func() error { return a.Release(ctx) }))
+	d, err := two.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err, "the released weight 2 is free again")
+	require.NoError(t, d.Release(ctx))
+	require.NoError(t, b.Release(ctx))
 }
