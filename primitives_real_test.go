@@ -408,7 +408,7 @@ func TestRealElectionProclaim(t *testing.T) {
 	assert.Equal(t, "b", ld.Value())
 	got, err := e.Leader(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, redlock.Leader{Value: "b", Term: ld.Term()}, got)
+	assert.True(t, sameLeader(got, redlock.Leader{Value: "b", Term: ld.Term()}), "%+v", got)
 
 	require.NoError(t, ld.Resign(ctx))
 	err = ld.Proclaim(ctx, "c")
@@ -491,4 +491,131 @@ func TestRealSemaphoreWeighted(t *testing.T) {
 	require.NoError(t, err, "the released weight 2 is free again")
 	require.NoError(t, d.Release(ctx))
 	require.NoError(t, b.Release(ctx))
+}
+
+// observeNext returns the next value on ch within limit, failing the test
+// if none comes or ch is closed.
+func observeNext(t *testing.T, ch <-chan redlock.Leader, limit time.Duration, what string) redlock.Leader {
+	t.Helper()
+	select {
+	case l, ok := <-ch:
+		require.True(t, ok, "%s: channel closed", what)
+		return l
+	case <-time.After(limit):
+		t.Fatalf("%s: nothing observed in %v", what, limit)
+	}
+	return redlock.Leader{}
+}
+
+// Observe says so when no majority answers: with two of three nodes frozen
+// it sends an Unknown value of term 0, where it used to skip such reads and
+// leave its receiver with the last leader. Once the nodes are back it sends
+// the leader again. Every value carries its ReadAt, from within its read.
+func TestRealElectionObserveUnknown(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr)
+	}
+	c := realClient(t, addrs, redlock.WithNodeTimeout(100*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ld, err := c.Election("unknown", redlock.WithElectionTTL(time.Minute)).Campaign(ctx, "a")
+	require.NoError(t, err)
+	began := time.Now()
+	ch, err := c.Election("unknown", redlock.WithObserveInterval(50*time.Millisecond)).Observe(ctx)
+	require.NoError(t, err)
+	first := observeNext(t, ch, 2*time.Second, "the leader")
+	require.True(t, sameLeader(first, redlock.Leader{Value: "a", Term: ld.Term()}), "%+v", first)
+	assert.False(t, first.ReadAt.Before(began), "ReadAt %v before Observe began %v", first.ReadAt, began)
+	assert.False(t, first.ReadAt.After(time.Now()))
+
+	for _, s := range servers[1:] {
+		require.NoError(t, s.Freeze())
+	}
+	frozen := time.Now()
+	unknown := observeNext(t, ch, 3*time.Second, "no majority")
+	assert.True(t, unknown.Unknown, "%+v: the last leader kept instead of unknown", unknown)
+	assert.Zero(t, unknown.Term)
+	assert.Empty(t, unknown.Value)
+	assert.False(t, unknown.ReadAt.Before(frozen.Add(-100*time.Millisecond)), "an unknown value read before the nodes froze")
+	l, err := c.Election("unknown").Leader(ctx)
+	require.ErrorIs(t, err, redlock.ErrNoLeader)
+	assert.True(t, l.Unknown, "Leader says unknown too")
+
+	for _, s := range servers[1:] {
+		require.NoError(t, s.Thaw())
+	}
+	back := observeNext(t, ch, 3*time.Second, "the leader again")
+	assert.True(t, sameLeader(back, redlock.Leader{Value: "a", Term: ld.Term()}), "%+v", back)
+	require.NoError(t, ld.Resign(ctx))
+}
+
+// A slow receiver gets a fresh read, not one made long before: Observe reads
+// "a", its receiver takes nothing for 1.5 s while a resigns and b is
+// elected, and what it then receives is b, read within about one observe
+// interval. Before, it was handed "a", read 1.5 s earlier, long after a had
+// resigned.
+func TestRealElectionObserveDropsOldReads(t *testing.T) {
+	c := realClient(t, realNodes(t, 3))
+	t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const interval = 100 * time.Millisecond
+	ch, err := c.Election("slow", redlock.WithObserveInterval(interval)).Observe(ctx)
+	require.NoError(t, err)
+	none := observeNext(t, ch, 2*time.Second, "no leader at first")
+	require.Zero(t, none.Term)
+	ld, err := c.Election("slow").Campaign(ctx, "a")
+	require.NoError(t, err)
+	// The observer reads "a" within an interval and offers it; no one takes
+	// it.
+	time.Sleep(5 * interval)
+	require.NoError(t, ld.Resign(ctx))
+	b, err := c.Election("slow").Campaign(ctx, "b")
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond)
+	got := observeNext(t, ch, 2*time.Second, "after the resign")
+	age := time.Since(got.ReadAt)
+	assert.Equal(t, "b", got.Value, "handed %+v, read %v ago, after a resigned", got, age)
+	assert.Equal(t, b.Term(), got.Term)
+	assert.Less(t, age, interval+time.Second, "a read %v old", age)
+	require.NoError(t, b.Resign(ctx))
+}
+
+// Observe reads at once when a release is announced: with an observe
+// interval of a minute, a Resign shows within a second, under a key prefix.
+// Without the announcements (WithWakeUp(false)) it waits for the interval,
+// which the second half shows with a short one.
+func TestRealElectionObserveWakesOnResign(t *testing.T) {
+	addrs := realNodes(t, 3)
+	for _, wake := range []bool{true, false} {
+		t.Run(fmt.Sprintf("wakeup=%v", wake), func(t *testing.T) {
+			c := realClient(t, addrs, redlock.WithKeyPrefix("app:"), redlock.WithWakeUp(wake))
+			t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			interval := time.Minute
+			if !wake {
+				interval = 300 * time.Millisecond
+			}
+			name := fmt.Sprintf("wake-%v", wake)
+			ld, err := c.Election(name).Campaign(ctx, "a")
+			require.NoError(t, err)
+			ch, err := c.Election(name, redlock.WithObserveInterval(interval)).Observe(ctx)
+			require.NoError(t, err)
+			require.Equal(t, ld.Term(), observeNext(t, ch, 2*time.Second, "a").Term)
+			time.Sleep(200 * time.Millisecond) // the subscriptions are open
+			resigned := time.Now()
+			require.NoError(t, ld.Resign(ctx))
+			got := observeNext(t, ch, 3*time.Second, "after the resign")
+			assert.Zero(t, got.Term, "%+v", got)
+			took := time.Since(resigned)
+			t.Logf("seen %v after the resign", took)
+			// Generous slack; with wake-up the bound is far below the
+			// minute-long interval, without it one interval.
+			assert.Less(t, took, min(interval, time.Minute/2)+2*time.Second, "the resign was seen late")
+		})
+	}
 }
