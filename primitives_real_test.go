@@ -131,6 +131,14 @@ func TestRealPrimitivesRefuseOnOOM(t *testing.T) {
 	p, err := mustSemaphore(t, c, "oom-sem", 1).TryAcquire(ctx, time.Minute)
 	refused("TryAcquire", err)
 	assert.Nil(t, p)
+	p, err = mustSemaphore(t, c, "oom-sem", 2, redlock.WithWeight(2)).TryAcquire(ctx, time.Minute)
+	refused("a weighted TryAcquire", err)
+	assert.Nil(t, p)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	ld, err := c.Election("oom-elect").Campaign(short, "v")
+	cancel()
+	refused("Campaign", err)
+	assert.Nil(t, ld)
 	rw := c.RWMutex("oom-rw")
 	l, err := rw.TryRLock(ctx, time.Minute)
 	refused("TryRLock", err)
@@ -339,6 +347,10 @@ func BenchmarkRWMutexPhaseFair(b *testing.B) {
 // publish loop writes the record there again, so that Leader reads the
 // leader again within a keep tick or two. Before the fix the record was
 // published once, and a majority then read "no leader" for the whole term.
+//
+// An Observe that runs throughout never sends "no leader" while the leader
+// leads: each node gets its key and its record back before the next one
+// restarts, so a majority always holds both.
 func TestRealElectionRecordFollowsReseededKey(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	var addrs []string
@@ -346,14 +358,35 @@ func TestRealElectionRecordFollowsReseededKey(t *testing.T) {
 		addrs = append(addrs, s.Addr)
 	}
 	c := realClient(t, addrs)
+	t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
 	ctx := context.Background()
-	e := c.Election("svc", redlock.WithElectionTTL(900*time.Millisecond))
+	e := c.Election("svc", redlock.WithElectionTTL(900*time.Millisecond), redlock.WithObserveInterval(20*time.Millisecond))
 	ld, err := e.Campaign(ctx, "a")
 	require.NoError(t, err)
 	defer func() { _ = ld.Resign(ctx) }()
 	got, err := e.Leader(ctx)
 	require.NoError(t, err)
 	require.Equal(t, ld.Term(), got.Term)
+
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	ch, err := e.Observe(octx)
+	require.NoError(t, err)
+	var observed []redlock.Leader
+	observing := make(chan struct{})
+	go func() {
+		defer close(observing)
+		for l := range ch {
+			observed = append(observed, l)
+		}
+	}()
+	defer func() {
+		stopObserving()
+		<-observing
+		for _, l := range observed {
+			assert.False(t, l.Term == 0 && !l.Unknown, "Observe sent no leader (read at %v) while %q led: %+v", l.ReadAt, "a", observed)
+		}
+	}()
 
 	// One node at a time, so that the leadership keeps its majority; Extend
 	// re-seeds the key on each restarted node (every ttl/3).
@@ -364,6 +397,10 @@ func TestRealElectionRecordFollowsReseededKey(t *testing.T) {
 		conn := realConn(t, s.Addr)
 		require.True(t, realEventually(3*time.Second, func() bool { return realGet(t, conn, "svc") != "" }),
 			"restarted node %d never got the key back", i+1)
+		require.True(t, realEventually(3*time.Second, func() bool {
+			tok, err := redis.String(conn.Do("HGET", "redlock:leader:{svc}", "token"))
+			return err == nil && tok == realGet(t, conn, "svc")
+		}), "restarted node %d never got the leader record back", i+1)
 	}
 	require.NoError(t, ld.Err(), "the leadership survived the restarts")
 	var last error
@@ -419,14 +456,17 @@ func TestRealElectionProclaim(t *testing.T) {
 }
 
 // A Permit answers what a Lock answers: Key, Held, Margin (against the
-// semaphore's quorum, not the majority) and Token (0: no fencing).
+// semaphore's quorum, not the majority) and Token (0: no fencing); and an
+// Observer sees a semaphore's calls as it sees a Lock's (before, it saw
+// none).
 func TestRealPermitSurface(t *testing.T) {
 	servers := redistest.StartN(t, 5)
 	var addrs []string
 	for _, s := range servers {
 		addrs = append(addrs, s.Addr)
 	}
-	c := realClient(t, addrs, redlock.WithFencing())
+	rec := &recorder{}
+	c := realClient(t, addrs, redlock.WithFencing(), redlock.WithObserver(rec))
 	ctx := context.Background()
 	s := mustSemaphore(t, c, "surface", 2) // quorum 4 of 5
 	p, err := s.TryAcquire(ctx, time.Minute)
@@ -435,6 +475,12 @@ func TestRealPermitSurface(t *testing.T) {
 	assert.Zero(t, p.Token())
 	require.True(t, realEventually(2*time.Second, func() bool { return p.Held() == 5 }))
 	assert.Equal(t, 1, p.Margin(), "5 holders, quorum 4")
+	for _, kind := range []observe.Kind{observe.KindAttempt, observe.KindAcquired} {
+		events := rec.kinds(kind)
+		if assert.Len(t, events, 1, "%v events", kind) {
+			assert.Equal(t, "surface", events[0].Key, "%v", kind)
+		}
+	}
 
 	servers[0].Stop()
 	require.NoError(t, p.Extend(ctx, time.Minute))
