@@ -825,3 +825,40 @@ func TestSemaphoreObserverSeesNodes(t *testing.T) {
 	assert.ErrorIs(t, failed[0].Err, redlock.ErrNotObtained)
 	require.NoError(t, held.Release(ctx))
 }
+
+// Weighted permits on 1, 3 and 5 nodes, with an ended ctx, and on a closed
+// Client: a weight that fills K leaves no room, a context that had ended
+// sends nothing, and Close refuses before any network call.
+func TestSemaphoreWeightedNodesAndEnds(t *testing.T) {
+	for _, n := range []int{1, 3, 5} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			c := newCluster(t, n)
+			client := c.client(t)
+			ctx := context.Background()
+			full := mustSemaphore(t, client, "w", 3, redlock.AllowNoFaultTolerance(), redlock.WithWeight(3))
+			one := mustSemaphore(t, client, "w", 3, redlock.AllowNoFaultTolerance())
+			p, err := full.TryAcquire(ctx, time.Minute)
+			require.NoError(t, err)
+			_, err = one.TryAcquire(ctx, time.Minute)
+			require.ErrorIs(t, err, redlock.ErrNotObtained, "weight 3 fills K=3")
+			require.NoError(t, p.Release(ctx))
+			c.settle(t)
+			p, err = one.TryAcquire(ctx, time.Minute)
+			require.NoError(t, err, "free again")
+			require.NoError(t, p.Release(ctx))
+
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			before := c.gets()
+			_, err = full.Acquire(ended, time.Minute)
+			require.ErrorIs(t, err, context.Canceled)
+			require.ErrorIs(t, err, redlock.ErrNotObtained)
+			c.settle(t)
+			assert.Equal(t, before, c.gets(), "an ended ctx sent something")
+
+			require.NoError(t, client.Close())
+			_, err = full.TryAcquire(ctx, time.Minute)
+			require.ErrorIs(t, err, redlock.ErrClosed)
+		})
+	}
+}
