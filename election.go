@@ -361,7 +361,7 @@ func (e *Election) readDecided(ctx context.Context) (ld Leader, decided bool, er
 // does.
 //
 // How old a value can be. The channel is unbuffered. A value that the
-// receiver has not taken within one observe interval of its ReadAt is
+// receiver has not taken within one observe interval of its read's return is
 // dropped, and the nodes are read again: a slow receiver gets a fresh read,
 // never one made long before. A value sent is therefore at most about one
 // observe interval plus one node timeout old when it is received.
@@ -413,9 +413,11 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 			if !(first || !cur.same(last)) || (cur.Term != 0 && cur.Term < highest) {
 				continue
 			}
-			// Offer it until one interval after it was read; then read
-			// again rather than hand out an old read.
-			stale := time.NewTimer(max(0, e.interval-c.clock.Now().Sub(cur.ReadAt)))
+			// Offer it for one interval from when the read returned; then
+			// read again rather than hand out an old read. (Counted from
+			// the return, not from ReadAt: a read slower than the interval,
+			// a node timing out, is still the freshest there is.)
+			stale := time.NewTimer(e.interval)
 			select {
 			case ch <- cur:
 				stale.Stop()
