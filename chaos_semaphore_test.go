@@ -24,15 +24,16 @@ import (
 )
 
 // A permitChecker judges a run of permit cycles against the semaphore's
-// claim: while Permit.Until has not passed, at most k permits of the key are
-// held. It trusts nothing but Until and the process's monotonic clock, and
-// checks the claim two ways:
+// claim: while Permit.Until has not passed, the permits of the key held
+// weigh at most k in all (with unit permits: at most k are held). It trusts
+// nothing but Until, Weight and the process's monotonic clock, and checks
+// the claim two ways:
 //
-//   - occupancy: a holder entering while k others are inside with validity
-//     left is a violation;
-//   - validity intervals: after the run, no instant may lie inside more than
-//     k of the [granted, end) intervals, end being the earlier of Until and
-//     the holder's exit, which comes before its Release.
+//   - occupancy: a holder entering while others weighing more than k less
+//     its own weight are inside with validity left is a violation;
+//   - validity intervals: after the run, no instant may lie inside
+//     [granted, end) intervals weighing more than k, end being the earlier
+//     of Until and the holder's exit, which comes before its Release.
 //
 // It is safe for concurrent use.
 type permitChecker struct {
@@ -43,6 +44,7 @@ type permitChecker struct {
 	maxInside  int
 	overruns   int
 	intervals  []chaosInterval
+	weights    []int // of intervals, by index
 	violations []string
 }
 
@@ -65,15 +67,20 @@ func (c *permitChecker) enter(worker int, p *redlock.Permit) *permitHold {
 	valid := 0
 	for other := range c.inside {
 		if now.Before(other.permit.Until()) {
-			valid++
+			valid += other.permit.Weight()
 		}
 	}
-	if valid >= c.k {
-		c.violatef("occupancy: worker %d entered at %s while %d permits of %d were valid", worker, stamp(now), valid, c.k)
+	if valid+p.Weight() > c.k {
+		c.violatef("occupancy: worker %d entered with weight %d at %s while permits weighing %d of %d were valid",
+			worker, p.Weight(), stamp(now), valid, c.k)
 	}
 	h := &permitHold{worker: worker, permit: p, granted: now}
 	c.inside[h] = true
-	c.maxInside = max(c.maxInside, len(c.inside))
+	inside := 0
+	for other := range c.inside {
+		inside += other.permit.Weight()
+	}
+	c.maxInside = max(c.maxInside, inside)
 	return h
 }
 
@@ -90,6 +97,7 @@ func (c *permitChecker) exit(h *permitHold) {
 		c.overruns++
 	}
 	c.intervals = append(c.intervals, chaosInterval{worker: h.worker, start: h.granted, end: end})
+	c.weights = append(c.weights, h.permit.Weight())
 }
 
 // finish runs the interval sweep and returns every violation found.
@@ -101,9 +109,9 @@ func (c *permitChecker) finish() []string {
 		delta int
 	}
 	var edges []edge
-	for _, iv := range c.intervals {
+	for i, iv := range c.intervals {
 		if iv.start.Before(iv.end) {
-			edges = append(edges, edge{iv.start, +1}, edge{iv.end, -1})
+			edges = append(edges, edge{iv.start, c.weights[i]}, edge{iv.end, -c.weights[i]})
 		}
 	}
 	sort.Slice(edges, func(i, j int) bool { // closing first at the same instant: half-open
@@ -116,7 +124,7 @@ func (c *permitChecker) finish() []string {
 	for _, e := range edges {
 		open += e.delta
 		if open > c.k {
-			c.violatef("intervals: %d permits of %d valid at %s", open, c.k, stamp(e.at))
+			c.violatef("intervals: permits weighing %d of %d valid at %s", open, c.k, stamp(e.at))
 		}
 	}
 	return slices.Clone(c.violations)
@@ -126,7 +134,7 @@ func (c *permitChecker) violatef(format string, args ...any) {
 	c.violations = append(c.violations, fmt.Sprintf(format, args...))
 }
 
-// most returns the most holders that were inside at once.
+// most returns the most weight that was inside at once.
 func (c *permitChecker) most() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -146,6 +154,7 @@ func (c *permitChecker) summary() string {
 // with an error the API documents.
 type permitLoad struct {
 	sem                       *redlock.Semaphore
+	sems                      []*redlock.Semaphore // if set, worker w uses sems[w%len(sems)]
 	ttl                       time.Duration
 	acquireBudget, callBudget time.Duration
 	check                     *permitChecker
@@ -168,7 +177,11 @@ func (ld *permitLoad) worker(ctx context.Context, id int, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		var p *redlock.Permit
 		var err error
-		ld.timed("Acquire", ld.acquireBudget, func() { p, err = ld.sem.Acquire(ctx, ld.ttl) })
+		sem := ld.sem
+		if len(ld.sems) > 0 {
+			sem = ld.sems[id%len(ld.sems)]
+		}
+		ld.timed("Acquire", ld.acquireBudget, func() { p, err = sem.Acquire(ctx, ld.ttl) })
 		if err != nil {
 			ld.acquireFails.Add(1)
 			if !errors.Is(err, redlock.ErrNotObtained) {
@@ -225,7 +238,18 @@ func (ld *permitLoad) unexpectedf(format string, args ...any) {
 // Nodes 0 to 3 are durable and restart at once; nodes 4 to 6 have no
 // persistence and stay down longer than the ttl, as doc.go requires.
 // REDLOCK_CHAOS_SEED replays a schedule.
-func TestChaosSemaphore(t *testing.T) {
+func TestChaosSemaphore(t *testing.T) { chaosSemaphore(t, "TestChaosSemaphore", nil) }
+
+// TestChaosSemaphoreWeighted is TestChaosSemaphore with weighted permits:
+// of the six workers, two take permits of weight 2 (all of K=2) and four of
+// weight 1, on the same key, and the checker adds up weights.
+func TestChaosSemaphoreWeighted(t *testing.T) {
+	chaosSemaphore(t, "TestChaosSemaphoreWeighted", []int{2, 1, 1})
+}
+
+// chaosSemaphore runs the chaos schedule of TestChaosSemaphore; worker w
+// takes permits of weight weights[w%len(weights)], or 1 if weights is nil.
+func chaosSemaphore(t *testing.T, name string, weights []int) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(chaosSeedEnv); s != "" {
 		var err error
@@ -233,7 +257,7 @@ func TestChaosSemaphore(t *testing.T) {
 			t.Fatalf("%s=%q: %v", chaosSeedEnv, s, err)
 		}
 	}
-	t.Logf("seed %d; replay with %s=%d go test -run 'TestChaosSemaphore$' .", seed, chaosSeedEnv, seed)
+	t.Logf("seed %d; replay with %s=%d go test -run '%s$' .", seed, chaosSeedEnv, seed, name)
 
 	const (
 		nodes, permits = 7, 2
@@ -259,6 +283,9 @@ func TestChaosSemaphore(t *testing.T) {
 		acquireBudget: chaosLockBudget(tries, false, nodeTimeout, retryMax),
 		callBudget:    nodeTimeout + chaosSlack,
 		check:         newPermitChecker(permits),
+	}
+	for _, w := range weights {
+		ld.sems = append(ld.sems, mustSemaphore(t, client, "chaos:semaphore", permits, redlock.WithWeight(w)))
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), runFor)

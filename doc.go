@@ -26,8 +26,9 @@
 // Client.Semaphore is a counting semaphore on the same nodes: at most K
 // holders of a key at once. Each node admits at most K holders, and a permit
 // needs ⌊K·N/(K+1)⌋+1 nodes, which for K > 1 is more than a majority: K+1
-// holders of that many nodes each would need more node slots than K·N. See
-// docs/semaphore.md. Client.RWMutex is a read-write lock:
+// holders of that many nodes each would need more node slots than K·N. A
+// semaphore made WithWeight(n) takes n of the K with each permit; the same
+// count bounds the weights. See docs/semaphore.md. Client.RWMutex is a read-write lock:
 // writers exclude everyone, readers only writers, on majorities, with a
 // writer-intent mark against writer starvation (docs/rwlock.md).
 // Client.Election elects a leader whose term is a fencing token from the

@@ -84,6 +84,23 @@ func WithObserveInterval(d time.Duration) ElectionOption {
 // key too. Each node also keeps, without a ttl, the key's fencing counter
 // (FenceKey) and a small leader record next to it, in the same Redis Cluster
 // slot.
+//
+// An election tolerates what the mutex tolerates: N − (N/2+1) crash-stop
+// failures, nodes that stop answering or come back with their data. A node
+// that restarts empty forgets the leader's key at once, so that a second
+// leader can be elected beside a valid one; the restart rule of
+// docs/safety.md (stay out longer than the ttl, or keep data across a
+// crash) keeps it safe, and terms need the data kept, since fencing
+// counters outlive every ttl (docs/election.md).
+//
+// A leadership lives in the process that won it: its proof is a random
+// token kept in memory only, so a process that restarts cannot resume its
+// term (there is no counterpart to etcd's ResumeElection). It campaigns
+// again, and wins once its old key has expired, at most one ttl after the
+// last extension, unless another candidate wins first; the new term is
+// higher, so fenced resources refuse the old term's late writes.
+// docs/election.md says why resuming by value or by a saved token would not
+// be safe.
 type Election struct {
 	client   *Client
 	name     string
@@ -257,12 +274,26 @@ func (ld *Leadership) isReleased() bool {
 	return ld.released
 }
 
-// A Leader is who leads an election, as a majority of nodes sees it: the
-// leader's value and its term. The zero Leader, from Observe, means that a
-// majority of nodes sees no leader.
+// A Leader is who leads an election, as a majority of nodes saw it at one
+// read: the leader's value and its term, and when the read began.
+//
+// Term 0 means no leader: a majority of nodes saw none, or, with Unknown
+// set, no answer had a majority (nodes down or slow, a hand-over or a
+// publish in progress), so that the read cannot say who leads. A read is
+// never newer than its ReadAt: the nodes answered at some instant between
+// ReadAt and its return, so time.Since(ReadAt) bounds its age. A leader's
+// term may have ended since; a leader that acts on its own leadership uses
+// its Leadership (Until, Done), not a Leader.
 type Leader struct {
-	Value string
-	Term  uint64
+	Value   string
+	Term    uint64
+	ReadAt  time.Time // when the read began, on the Client's clock
+	Unknown bool      // no answer had a majority; Value and Term are empty
+}
+
+// same reports whether l and o say the same thing, whenever they were read.
+func (l Leader) same(o Leader) bool {
+	return l.Value == o.Value && l.Term == o.Term && l.Unknown == o.Unknown
 }
 
 // Leader returns the current leader: the value and term that a majority of
@@ -271,56 +302,92 @@ type Leader struct {
 // Leader reports only leaders that Campaign elected; and while a leadership
 // is valid, Leader reports no other (docs/election.md).
 //
-// If no answer has a majority, it returns an error wrapping ErrNoLeader
-// with the nodes' failures, if any: no one leads, the leader has not yet
-// published its value on a majority, or too many nodes failed to answer.
-// Leader takes at most one node timeout, and returns as soon as a majority
-// agrees or none can.
+// If no leader has a majority, it returns an error wrapping ErrNoLeader,
+// with the nodes' failures if any, and a Leader of term 0 that says which:
+// a majority sees no one leading, or (Unknown) no answer has a majority:
+// the leader has not yet published its value on a majority, a hand-over is
+// under way, or too many nodes failed to answer. Every Leader it returns
+// has its ReadAt. Leader takes at most one node timeout, and returns as
+// soon as a majority agrees or none can.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.open(ctx); err != nil {
 		return Leader{}, err
 	}
-	ld, _, err := e.read(ctx)
+	return e.read(ctx)
+}
+
+// read asks every node which leader it sees. The Leader is Unknown when no
+// answer had a majority; err wraps ErrNoLeader unless a majority agreed on
+// a leader.
+func (e *Election) read(ctx context.Context) (Leader, error) {
+	ld, _, err := e.readDecided(ctx)
 	return ld, err
 }
 
-// read asks every node which leader it sees. decided is true when a majority
-// agreed, on a leader or on none (then err wraps ErrNoLeader too).
-func (e *Election) read(ctx context.Context) (ld Leader, decided bool, err error) {
+func (e *Election) readDecided(ctx context.Context) (ld Leader, decided bool, err error) {
 	c := e.client
+	readAt := c.clock.Now()
 	lane := laneOf(c.keyPrefix + e.name)
 	s, ok, causes := agree(ctx, c, e.readNeed, func(ctx context.Context, n *node, deadline time.Time) (sight, error) {
 		return n.readLeader(ctx, deadline, lane, c.keyPrefix+e.name, e.record)
 	})
 	switch {
 	case !ok:
-		return Leader{}, false, aggregate(fmt.Errorf("%w: election %q: no answer has a majority of the %d nodes",
+		return Leader{ReadAt: readAt, Unknown: true}, false, aggregate(fmt.Errorf("%w: election %q: no answer has a majority of the %d nodes",
 			ErrNoLeader, e.name, len(c.nodes)), causes)
 	case s.term == 0:
-		return Leader{}, true, aggregate(fmt.Errorf("%w: election %q: a majority of nodes sees no leader",
+		return Leader{ReadAt: readAt}, true, aggregate(fmt.Errorf("%w: election %q: a majority of nodes sees no leader",
 			ErrNoLeader, e.name), causes)
 	}
-	return Leader{Value: s.value, Term: s.term}, true, nil
+	return Leader{Value: s.value, Term: s.term, ReadAt: readAt}, true, nil
 }
 
-// Observe returns a channel that carries the election's leader each time it
-// changes, as Leader reads it every observe interval (WithObserveInterval):
-// first the leader when Observe starts, then each new one. The zero Leader
-// means a majority of nodes sees no leader. Reads on which no majority
-// agrees are skipped, and so is a leader older (by term) than one already
-// sent, so the terms sent never go back.
+// Observe returns a channel that carries the election's leader each time
+// what the nodes say changes: first what they say when Observe starts, then
+// each change, as Leader would read it, every value with its ReadAt. A
+// value of term 0 is no leader; one with Unknown set means that no answer
+// had a majority, reported once when it begins, not skipped and not hidden
+// behind the last leader seen. A leader older (by term) than one already
+// sent is skipped, so the terms sent never go back.
 //
-// The channel is unbuffered: a slow receiver delays the next read, and no
-// change is queued. It is closed once ctx ends or the Client is closed, and
-// the goroutine behind it returns then, within a node timeout. Bad arguments return an error
-// wrapping ErrInvalid and no channel.
+// When it reads. It reads at once whenever a release of the election's key
+// is announced (a Resign, or a Campaign attempt that lost; the release
+// announcements of WithWakeUp, on nodes whose driver is a
+// driver.Subscriber), so a resignation shows as soon as a majority of nodes
+// has announced it; and every observe interval (WithObserveInterval) in
+// any case, which is what finds a new leader, a leader whose key expired,
+// and every change on a Client without wake-up. The announcements are
+// hints: each one only starts a read, which counts a majority as Leader
+// does.
+//
+// How old a value can be. The channel is unbuffered. A value that the
+// receiver has not taken within one observe interval of its read's return is
+// dropped, and the nodes are read again: a slow receiver gets a fresh read,
+// never one made long before. A value sent is therefore at most about one
+// observe interval plus one node timeout old when it is received.
+//
+// The channel is closed once ctx ends or the Client is closed, and the
+// goroutine behind it returns then, within a node timeout. Bad arguments
+// return an error wrapping ErrInvalid and no channel.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.open(ctx); err != nil {
 		return nil, err
 	}
+	c := e.client
+	// A waiter on the key's releases: woken once a majority of nodes has
+	// announced one (wake.go). nil without wake-up, or after Close.
+	var wt *waiter
+	if c.wake != nil {
+		wt = c.wake.register([]string{c.keyPrefix + e.name}, c.quorum)
+	}
 	ch := make(chan Leader)
 	go func() {
 		defer close(ch)
+		var woken <-chan struct{}
+		if wt != nil {
+			defer c.wake.unregister(wt)
+			woken = wt.wake
+		}
 		var last Leader
 		var highest uint64
 		first := true
@@ -330,22 +397,40 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-e.client.closing:
+			case <-c.closing:
 				return
 			case <-wait.C:
+			case <-woken:
 			}
-			cur, decided, _ := e.read(ctx)
-			if decided && (first || cur != last) && (cur.Term == 0 || cur.Term >= highest) {
-				select {
-				case ch <- cur:
-				case <-ctx.Done():
-					return
-				case <-e.client.closing:
-					return
-				}
-				first, last, highest = false, cur, max(highest, cur.Term)
+			if wt != nil {
+				// Announcements count from before the read: one that
+				// comes while it runs wakes the next read at once.
+				wt.arm()
+				wt.settle(0)
 			}
+			cur, _, _ := e.readDecided(ctx)
 			wait.Reset(e.interval)
+			if !(first || !cur.same(last)) || (cur.Term != 0 && cur.Term < highest) {
+				continue
+			}
+			// Offer it for one interval from when the read returned; then
+			// read again rather than hand out an old read. (Counted from
+			// the return, not from ReadAt: a read slower than the interval,
+			// a node timing out, is still the freshest there is.)
+			stale := time.NewTimer(e.interval)
+			select {
+			case ch <- cur:
+				stale.Stop()
+				first, last, highest = false, cur, max(highest, cur.Term)
+			case <-stale.C:
+				wait.Reset(0) // (since Go 1.23, Reset drops a pending tick)
+			case <-ctx.Done():
+				stale.Stop()
+				return
+			case <-c.closing:
+				stale.Stop()
+				return
+			}
 		}
 	}()
 	return ch, nil

@@ -66,7 +66,7 @@ func TestElectionCampaignLeaderResign(t *testing.T) {
 	}
 	for _, e := range []*redlock.Election{a, b} {
 		got, err := e.Leader(ctx)
-		if err != nil || got != (redlock.Leader{Value: "host-a", Term: la.Term()}) {
+		if err != nil || !sameLeader(got, redlock.Leader{Value: "host-a", Term: la.Term()}) {
 			t.Fatalf("Leader = %+v, %v; want host-a at term %d", got, err, la.Term())
 		}
 	}
@@ -109,7 +109,7 @@ func TestElectionCampaignLeaderResign(t *testing.T) {
 		t.Fatalf("term %d after term %d: terms must grow", lb2.Term(), la.Term())
 	}
 	got, err := a.Leader(ctx)
-	if err != nil || got != (redlock.Leader{Value: "host-b", Term: lb2.Term()}) {
+	if err != nil || !sameLeader(got, redlock.Leader{Value: "host-b", Term: lb2.Term()}) {
 		t.Fatalf("Leader after the hand-over = %+v, %v; want host-b at term %d", got, err, lb2.Term())
 	}
 	if err := b.Resign(ctx); err != nil {
@@ -358,7 +358,7 @@ func TestElectionLeaderNeedsAMajority(t *testing.T) {
 	// Two nodes down: the other three agree.
 	c.pools[0].set(failing)
 	c.pools[4].set(hanging)
-	if got, err := e.Leader(ctx); err != nil || got != want {
+	if got, err := e.Leader(ctx); err != nil || !sameLeader(got, want) {
 		t.Fatalf("Leader with 2 of 5 down = %+v, %v; want %+v", got, err, want)
 	}
 	// Three down: no majority can answer.
@@ -377,7 +377,7 @@ func TestElectionLeaderNeedsAMajority(t *testing.T) {
 		tok, _ := c.nodes[i].Get("svc")
 		c.nodes[i].HSet(electRecordKey, "token", tok, "term", "999", "value", "forged")
 	}
-	if got, err := e.Leader(ctx); err != nil || got != want {
+	if got, err := e.Leader(ctx); err != nil || !sameLeader(got, want) {
 		t.Fatalf("Leader with 2 of 5 forged = %+v, %v; want %+v", got, err, want)
 	}
 	// Three nodes disagree with each other and with the rest: no majority.
@@ -467,7 +467,7 @@ func TestElectionPublishRetried(t *testing.T) {
 	want := redlock.Leader{Value: "a", Term: ld.Term()}
 	var got redlock.Leader
 	var err error
-	if !doWaitUntil(5*time.Second, func() bool { got, err = e.Leader(ctx); return err == nil }) || got != want {
+	if !doWaitUntil(5*time.Second, func() bool { got, err = e.Leader(ctx); return err == nil }) || !sameLeader(got, want) {
 		t.Fatalf("Leader once the nodes accept the record = %+v, %v; want %+v", got, err, want)
 	}
 	mustResign(t, ld)
@@ -500,19 +500,19 @@ func TestElectionObserve(t *testing.T) {
 		}
 		return redlock.Leader{}
 	}
-	if l := next("at the start"); l != (redlock.Leader{}) {
+	if l := next("at the start"); !sameLeader(l, redlock.Leader{}) {
 		t.Fatalf("first observation %+v, want the zero Leader", l)
 	}
 	a := mustCampaign(t, c.client(t).Election("svc", opts...), "a")
-	if l := next("a elected"); l != (redlock.Leader{Value: "a", Term: a.Term()}) {
+	if l := next("a elected"); !sameLeader(l, redlock.Leader{Value: "a", Term: a.Term()}) {
 		t.Fatalf("observed %+v, want a at term %d", l, a.Term())
 	}
 	mustResign(t, a)
-	if l := next("a resigned"); l != (redlock.Leader{}) {
+	if l := next("a resigned"); !sameLeader(l, redlock.Leader{}) {
 		t.Fatalf("observed %+v after the resign, want the zero Leader", l)
 	}
 	b := mustCampaign(t, c.client(t).Election("svc", opts...), "b")
-	if l := next("b elected"); l != (redlock.Leader{Value: "b", Term: b.Term()}) || l.Term <= a.Term() {
+	if l := next("b elected"); !sameLeader(l, redlock.Leader{Value: "b", Term: b.Term()}) || l.Term <= a.Term() {
 		t.Fatalf("observed %+v, want b at term %d > %d", l, b.Term(), a.Term())
 	}
 	cancel()
@@ -730,12 +730,59 @@ func TestElectionOnlyTheHolderPublishes(t *testing.T) {
 	want := redlock.Leader{Value: "b", Term: b.Term()}
 	// a retries its publish every 1 to 5ms: over 100ms, b must stay visible.
 	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if got, err := bElection.Leader(ctx); err != nil || got != want {
+		if got, err := bElection.Leader(ctx); err != nil || !sameLeader(got, want) {
 			t.Fatalf("Leader while the deposed a republishes = %+v, %v; want %+v", got, err, want)
 		}
 	}
 	mustResign(t, b)
 	if err := a.Resign(ctx); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("a's Resign = %v, want ErrLockLost: its key was gone", err)
+	}
+}
+
+// sameLeader reports whether got says what want says (Value, Term,
+// Unknown), whenever it was read.
+func sameLeader(got, want redlock.Leader) bool {
+	return got.Value == want.Value && got.Term == want.Term && got.Unknown == want.Unknown
+}
+
+// Observe's channel closes when the Client is closed while it runs, and at
+// once for a ctx that had already ended; a closed Client refuses Observe.
+func TestElectionObserveEnds(t *testing.T) {
+	doNoLeaks(t)
+	c := newCluster(t, 3)
+	client := c.client(t)
+	drained := func(ch <-chan redlock.Leader, what string) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for open := true; open; {
+			select {
+			case _, open = <-ch:
+			case <-deadline:
+				t.Fatalf("%s: channel still open after 5s", what)
+			}
+		}
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	ch, err := client.Election("svc").Observe(ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drained(ch, "ended ctx")
+
+	ch, err = client.Election("svc", redlock.WithObserveInterval(time.Millisecond)).Observe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := <-ch; l.Term != 0 || l.Unknown || l.ReadAt.IsZero() {
+		t.Fatalf("first value %+v, want no leader with its ReadAt", l)
+	}
+	if err := client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	drained(ch, "Close")
+	if _, err := client.Election("svc").Observe(context.Background()); !errors.Is(err, redlock.ErrClosed) {
+		t.Fatalf("Observe after Close = %v, want ErrClosed", err)
 	}
 }

@@ -87,3 +87,45 @@ func ExampleSemaphore_Do() {
 	// crawling with one of 1 permits
 	// done: <nil>
 }
+
+// A permit may count for more than one of the K: here K=3, and a Semaphore
+// of weight 2 on the same key shares the three permits with one of weight 1.
+func ExampleWithWeight() {
+	pools, stop := exampleNodes(5)
+	defer stop()
+	client, err := redlock.New(pools, redlock.WithNodeTimeout(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	big, err := client.Semaphore("gpus", 3, redlock.WithWeight(2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	small, err := client.Semaphore("gpus", 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	two, err := big.TryAcquire(ctx, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	one, err := small.TryAcquire(ctx, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held:", two.Weight()+one.Weight(), "of", big.Permits())
+	_, err = small.TryAcquire(ctx, 10*time.Second)
+	fmt.Println("one more:", errors.Is(err, redlock.ErrNotObtained))
+	_ = two.Release(ctx)
+	_ = one.Release(ctx)
+
+	// A weight above K is refused when the semaphore is made.
+	_, err = client.Semaphore("gpus", 3, redlock.WithWeight(4))
+	fmt.Println("weight 4 of 3:", errors.Is(err, redlock.ErrInvalid))
+	// Output:
+	// held: 3 of 3
+	// one more: true
+	// weight 4 of 3: true
+}

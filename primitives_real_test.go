@@ -80,7 +80,7 @@ func TestRealSemaphoreRefusesRepeatedToken(t *testing.T) {
 		conn := realConn(t, addr)
 		require.True(t, realEventually(2*time.Second, func() bool {
 			members, err := redis.Strings(conn.Do("ZRANGE", key, 0, -1))
-			return err == nil && len(members) == 1 && members[0] == "dup"
+			return err == nil && len(members) == 1 && members[0] == "1:dup"
 		}), "node %d must hold the first holder's member, and only it", i)
 	}
 	second, err := s.TryAcquire(ctx, time.Minute)
@@ -138,6 +138,14 @@ func TestRealPrimitivesRefuseOnOOM(t *testing.T) {
 	p, err := mustSemaphore(t, c, "oom-sem", 1).TryAcquire(ctx, time.Minute)
 	refused("TryAcquire", err)
 	assert.Nil(t, p)
+	p, err = mustSemaphore(t, c, "oom-sem", 2, redlock.WithWeight(2)).TryAcquire(ctx, time.Minute)
+	refused("a weighted TryAcquire", err)
+	assert.Nil(t, p)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	ld, err := c.Election("oom-elect").Campaign(short, "v")
+	cancel()
+	refused("Campaign", err)
+	assert.Nil(t, ld)
 	rw := c.RWMutex("oom-rw")
 	l, err := rw.TryRLock(ctx, time.Minute)
 	refused("TryRLock", err)
@@ -182,7 +190,7 @@ func TestRealSemaphoreKeysApartFromMutex(t *testing.T) {
 	for i, addr := range addrs {
 		conn := realConn(t, addr)
 		require.True(t, realEventually(2*time.Second, func() bool {
-			_, err := redis.Float64(conn.Do("ZSCORE", key, p.Value()))
+			_, err := redis.Float64(conn.Do("ZSCORE", key, "1:"+p.Value()))
 			return err == nil
 		}), "node %d holds the permit's token in %s", i, key)
 	}
@@ -346,6 +354,10 @@ func BenchmarkRWMutexPhaseFair(b *testing.B) {
 // publish loop writes the record there again, so that Leader reads the
 // leader again within a keep tick or two. Before the fix the record was
 // published once, and a majority then read "no leader" for the whole term.
+//
+// An Observe that runs throughout never sends "no leader" while the leader
+// leads: each node gets its key and its record back before the next one
+// restarts, so a majority always holds both.
 func TestRealElectionRecordFollowsReseededKey(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	var addrs []string
@@ -353,14 +365,35 @@ func TestRealElectionRecordFollowsReseededKey(t *testing.T) {
 		addrs = append(addrs, s.Addr)
 	}
 	c := realClient(t, addrs)
+	t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
 	ctx := context.Background()
-	e := c.Election("svc", redlock.WithElectionTTL(900*time.Millisecond))
+	e := c.Election("svc", redlock.WithElectionTTL(900*time.Millisecond), redlock.WithObserveInterval(20*time.Millisecond))
 	ld, err := e.Campaign(ctx, "a")
 	require.NoError(t, err)
 	defer func() { _ = ld.Resign(ctx) }()
 	got, err := e.Leader(ctx)
 	require.NoError(t, err)
 	require.Equal(t, ld.Term(), got.Term)
+
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	ch, err := e.Observe(octx)
+	require.NoError(t, err)
+	var observed []redlock.Leader
+	observing := make(chan struct{})
+	go func() {
+		defer close(observing)
+		for l := range ch {
+			observed = append(observed, l)
+		}
+	}()
+	defer func() {
+		stopObserving()
+		<-observing
+		for _, l := range observed {
+			assert.False(t, l.Term == 0 && !l.Unknown, "Observe sent no leader (read at %v) while %q led: %+v", l.ReadAt, "a", observed)
+		}
+	}()
 
 	// One node at a time, so that the leadership keeps its majority; Extend
 	// re-seeds the key on each restarted node (every ttl/3).
@@ -371,6 +404,10 @@ func TestRealElectionRecordFollowsReseededKey(t *testing.T) {
 		conn := realConn(t, s.Addr)
 		require.True(t, realEventually(3*time.Second, func() bool { return realGet(t, conn, "svc") != "" }),
 			"restarted node %d never got the key back", i+1)
+		require.True(t, realEventually(3*time.Second, func() bool {
+			tok, err := redis.String(conn.Do("HGET", "redlock:leader:{svc}", "token"))
+			return err == nil && tok == realGet(t, conn, "svc")
+		}), "restarted node %d never got the leader record back", i+1)
 	}
 	require.NoError(t, ld.Err(), "the leadership survived the restarts")
 	var last error
@@ -421,7 +458,7 @@ func TestRealElectionProclaim(t *testing.T) {
 	assert.Equal(t, "b", ld.Value())
 	got, err := e.Leader(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, redlock.Leader{Value: "b", Term: ld.Term()}, got)
+	assert.True(t, sameLeader(got, redlock.Leader{Value: "b", Term: ld.Term()}), "%+v", got)
 
 	require.NoError(t, ld.Resign(ctx))
 	err = ld.Proclaim(ctx, "c")
@@ -432,14 +469,17 @@ func TestRealElectionProclaim(t *testing.T) {
 }
 
 // A Permit answers what a Lock answers: Key, Held, Margin (against the
-// semaphore's quorum, not the majority) and Token (0: no fencing).
+// semaphore's quorum, not the majority) and Token (0: no fencing); and an
+// Observer sees a semaphore's calls as it sees a Lock's (before, it saw
+// none).
 func TestRealPermitSurface(t *testing.T) {
 	servers := redistest.StartN(t, 5)
 	var addrs []string
 	for _, s := range servers {
 		addrs = append(addrs, s.Addr)
 	}
-	c := realClient(t, addrs, redlock.WithFencing())
+	rec := &recorder{}
+	c := realClient(t, addrs, redlock.WithFencing(), redlock.WithObserver(rec))
 	ctx := context.Background()
 	s := mustSemaphore(t, c, "surface", 2) // quorum 4 of 5
 	p, err := s.TryAcquire(ctx, time.Minute)
@@ -448,6 +488,12 @@ func TestRealPermitSurface(t *testing.T) {
 	assert.Zero(t, p.Token())
 	require.True(t, realEventually(2*time.Second, func() bool { return p.Held() == 5 }))
 	assert.Equal(t, 1, p.Margin(), "5 holders, quorum 4")
+	for _, kind := range []observe.Kind{observe.KindAttempt, observe.KindAcquired} {
+		events := rec.kinds(kind)
+		if assert.Len(t, events, 1, "%v events", kind) {
+			assert.Equal(t, "surface", events[0].Key, "%v", kind)
+		}
+	}
 
 	servers[0].Stop()
 	require.NoError(t, p.Extend(ctx, time.Minute))
@@ -514,4 +560,181 @@ func TestRealRepeatedTokenIsRefused(t *testing.T) {
 		refused(t, err)
 		require.NoError(t, first.Release(ctx))
 	})
+}
+
+// Weighted permits on real nodes: K=3 on 4 live nodes and one frozen one
+// (quorum 4 of 5, so the frozen node is the one failure tolerated), under a
+// key prefix. A permit of weight 2 and one of weight 1 fill K; each node's
+// set holds "weight:token" members whose weights add up to at most K; and
+// every call returns within its bound although one node never answers.
+func TestRealSemaphoreWeighted(t *testing.T) {
+	frozen := redistest.StartFrozen(t)
+	addrs := append(realNodes(t, 4), frozen.Addr())
+	const timeout = 200 * time.Millisecond
+	c := realClient(t, addrs, redlock.WithKeyPrefix("app:"), redlock.WithNodeTimeout(timeout))
+	ctx := context.Background()
+	two := mustSemaphore(t, c, "gpu", 3, redlock.WithWeight(2))
+	one := mustSemaphore(t, c, "gpu", 3)
+	require.Equal(t, 1, two.FaultTolerance())
+
+	timed := func(what string, f func() error) error {
+		t.Helper()
+		began := time.Now()
+		err := f()
+		// One node timeout per attempt, two when a lost one is undone;
+		// generous slack for a shared machine.
+		assert.Less(t, time.Since(began), 2*timeout+time.Second, "%s took too long", what)
+		return err
+	}
+	var a, b *redlock.Permit
+	require.NoError(t, timed("weight 2", func() (err error) { a, err = two.TryAcquire(ctx, time.Minute); return err }))
+	require.NoError(t, timed("weight 1", func() (err error) { b, err = one.TryAcquire(ctx, time.Minute); return err }))
+	err := timed("weight 1 over K", func() error { _, err := one.TryAcquire(ctx, time.Minute); return err })
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Equal(t, 2, a.Weight())
+	require.True(t, realEventually(2*time.Second, func() bool { return a.Held() == 4 && a.Margin() == 0 }),
+		"4 live holders, quorum 4: held %d, margin %d", a.Held(), a.Margin())
+
+	key := redlock.SemaphoreKey("app:gpu")
+	for i, addr := range addrs[:4] {
+		conn := realConn(t, addr)
+		members, err := redis.Strings(conn.Do("ZRANGE", key, 0, -1))
+		require.NoError(t, err)
+		slices.Sort(members)
+		want := []string{"1:" + b.Value(), "2:" + a.Value()}
+		slices.Sort(want)
+		assert.Equal(t, want, members, "node %d", i)
+	}
+	require.NoError(t, timed("release weight 2", func() error { return a.Release(ctx) }))
+	d, err := two.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err, "the released weight 2 is free again")
+	require.NoError(t, d.Release(ctx))
+	require.NoError(t, b.Release(ctx))
+}
+
+// observeNext returns the next value on ch within limit, failing the test
+// if none comes or ch is closed.
+func observeNext(t *testing.T, ch <-chan redlock.Leader, limit time.Duration, what string) redlock.Leader {
+	t.Helper()
+	select {
+	case l, ok := <-ch:
+		require.True(t, ok, "%s: channel closed", what)
+		return l
+	case <-time.After(limit):
+		t.Fatalf("%s: nothing observed in %v", what, limit)
+	}
+	return redlock.Leader{}
+}
+
+// Observe says so when no majority answers: with two of three nodes frozen
+// it sends an Unknown value of term 0, where it used to skip such reads and
+// leave its receiver with the last leader. Once the nodes are back it sends
+// the leader again. Every value carries its ReadAt, from within its read.
+func TestRealElectionObserveUnknown(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr)
+	}
+	c := realClient(t, addrs, redlock.WithNodeTimeout(100*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ld, err := c.Election("unknown", redlock.WithElectionTTL(time.Minute)).Campaign(ctx, "a")
+	require.NoError(t, err)
+	began := time.Now()
+	ch, err := c.Election("unknown", redlock.WithObserveInterval(50*time.Millisecond)).Observe(ctx)
+	require.NoError(t, err)
+	first := observeNext(t, ch, 2*time.Second, "the leader")
+	require.True(t, sameLeader(first, redlock.Leader{Value: "a", Term: ld.Term()}), "%+v", first)
+	assert.False(t, first.ReadAt.Before(began), "ReadAt %v before Observe began %v", first.ReadAt, began)
+	assert.False(t, first.ReadAt.After(time.Now()))
+
+	for _, s := range servers[1:] {
+		require.NoError(t, s.Freeze())
+	}
+	frozen := time.Now()
+	unknown := observeNext(t, ch, 3*time.Second, "no majority")
+	assert.True(t, unknown.Unknown, "%+v: the last leader kept instead of unknown", unknown)
+	assert.Zero(t, unknown.Term)
+	assert.Empty(t, unknown.Value)
+	assert.False(t, unknown.ReadAt.Before(frozen.Add(-100*time.Millisecond)), "an unknown value read before the nodes froze")
+	l, err := c.Election("unknown").Leader(ctx)
+	require.ErrorIs(t, err, redlock.ErrNoLeader)
+	assert.True(t, l.Unknown, "Leader says unknown too")
+
+	for _, s := range servers[1:] {
+		require.NoError(t, s.Thaw())
+	}
+	back := observeNext(t, ch, 3*time.Second, "the leader again")
+	assert.True(t, sameLeader(back, redlock.Leader{Value: "a", Term: ld.Term()}), "%+v", back)
+	require.NoError(t, ld.Resign(ctx))
+}
+
+// A slow receiver gets a fresh read, not one made long before: Observe reads
+// "a", its receiver takes nothing for 1.5 s while a resigns and b is
+// elected, and what it then receives is b, read within about one observe
+// interval. Before, it was handed "a", read 1.5 s earlier, long after a had
+// resigned.
+func TestRealElectionObserveDropsOldReads(t *testing.T) {
+	c := realClient(t, realNodes(t, 3))
+	t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const interval = 100 * time.Millisecond
+	ch, err := c.Election("slow", redlock.WithObserveInterval(interval)).Observe(ctx)
+	require.NoError(t, err)
+	none := observeNext(t, ch, 2*time.Second, "no leader at first")
+	require.Zero(t, none.Term)
+	ld, err := c.Election("slow").Campaign(ctx, "a")
+	require.NoError(t, err)
+	// The observer reads "a" within an interval and offers it; no one takes
+	// it.
+	time.Sleep(5 * interval)
+	require.NoError(t, ld.Resign(ctx))
+	b, err := c.Election("slow").Campaign(ctx, "b")
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond)
+	got := observeNext(t, ch, 2*time.Second, "after the resign")
+	age := time.Since(got.ReadAt)
+	assert.Equal(t, "b", got.Value, "handed %+v, read %v ago, after a resigned", got, age)
+	assert.Equal(t, b.Term(), got.Term)
+	assert.Less(t, age, interval+time.Second, "a read %v old", age)
+	require.NoError(t, b.Resign(ctx))
+}
+
+// Observe reads at once when a release is announced: with an observe
+// interval of a minute, a Resign shows within a second, under a key prefix.
+// Without the announcements (WithWakeUp(false)) it waits for the interval,
+// which the second half shows with a short one.
+func TestRealElectionObserveWakesOnResign(t *testing.T) {
+	addrs := realNodes(t, 3)
+	for _, wake := range []bool{true, false} {
+		t.Run(fmt.Sprintf("wakeup=%v", wake), func(t *testing.T) {
+			c := realClient(t, addrs, redlock.WithKeyPrefix("app:"), redlock.WithWakeUp(wake))
+			t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			interval := time.Minute
+			if !wake {
+				interval = 300 * time.Millisecond
+			}
+			name := fmt.Sprintf("wake-%v", wake)
+			ld, err := c.Election(name).Campaign(ctx, "a")
+			require.NoError(t, err)
+			ch, err := c.Election(name, redlock.WithObserveInterval(interval)).Observe(ctx)
+			require.NoError(t, err)
+			require.Equal(t, ld.Term(), observeNext(t, ch, 2*time.Second, "a").Term)
+			time.Sleep(200 * time.Millisecond) // the subscriptions are open
+			resigned := time.Now()
+			require.NoError(t, ld.Resign(ctx))
+			got := observeNext(t, ch, 3*time.Second, "after the resign")
+			assert.Zero(t, got.Term, "%+v", got)
+			took := time.Since(resigned)
+			t.Logf("seen %v after the resign", took)
+			// Generous slack; with wake-up the bound is far below the
+			// minute-long interval, without it one interval.
+			assert.Less(t, took, min(interval, time.Minute/2)+2*time.Second, "the resign was seen late")
+		})
+	}
 }

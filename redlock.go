@@ -1097,7 +1097,7 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	case !won && gone > t.n-t.quorum:
 		what := "the critical section may not have been exclusive"
 		if l.permits > 0 {
-			what = fmt.Sprintf("it may not have been one of at most %d", l.permits)
+			what = fmt.Sprintf("it may not have been within the %d permits", l.permits)
 		}
 		return aggregate(fmt.Errorf("%w: %s at release, before its validity ended: %s",
 			ErrLockLost, l.goneText(gone, t.n), what), t.causes)

@@ -105,6 +105,13 @@ var (
 // RLock waits until the write lock ends (Unlock it, then RLock: another
 // writer may go between). Each is a release and a
 // new acquisition, never an atomic conversion.
+//
+// Both sides use majorities, so the lock tolerates what the mutex tolerates:
+// N − (N/2+1) crash-stop failures, nodes that stop answering or come back
+// with their data. A node that restarts empty forgets its writer key and
+// readers at once, and can admit a writer beside a valid reader (or the
+// reverse); the restart rule of docs/safety.md (stay out longer than the
+// largest ttl, or keep data across a crash) keeps it safe (docs/rwlock.md).
 type RWMutex struct {
 	client *Client
 	key    string

@@ -5,20 +5,23 @@ import (
 	_ "embed"
 	"fmt"
 	"math/bits"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/redlock/observe"
 )
 
-// The counting semaphore: at most K holders of a key at once, on N nodes.
+// The counting semaphore: holders whose weights add up to at most K at once,
+// on N nodes.
 //
-// Each node keeps a sorted set of holder tokens scored by their expiry on the
-// node's own clock, and admits a token only while fewer than K live tokens
-// are in it (scripts/semaphore_*.lua). A permit is granted when q nodes
-// admitted its token within the validity window, q being semQuorum(N, K),
-// which for K > 1 is more than a majority. docs/semaphore.md has the
-// derivation and the safety argument.
+// Each node keeps a sorted set of holders ("weight:token") scored by their
+// expiry on the node's own clock, and admits a holder only while the live
+// holders' weights and its own add up to at most K
+// (scripts/semaphore_*.lua). A permit is granted when q nodes admitted it
+// within the validity window, q being semQuorum(N, K), which for K > 1 is
+// more than a majority. docs/semaphore.md has the derivation and the safety
+// argument, which holds for weights as it does for unit permits.
 
 var (
 	//go:embed scripts/semaphore_acquire.lua
@@ -39,6 +42,10 @@ var (
 // K+1 holders of q nodes each would need (K+1)·q node slots; only K·n exist,
 // and (K+1)·q > K·n is the least q that makes that impossible. For K = 1 it
 // is the majority. For K ≥ n−1 it is n: every node, no fault tolerance.
+//
+// With weights the count is the same: a node admits holders weighing K in
+// all, so permits weighing W in all, each on q nodes, use W·q ≤ K·n node
+// slots, and W ≥ K+1 is again impossible (docs/semaphore.md).
 func semQuorum(n, k int) int {
 	if k >= n-1 {
 		return n // also keeps k·n from overflowing
@@ -54,25 +61,48 @@ func semQuorum(n, k int) int {
 // on different keys: neither waits for the other, nor fails with WRONGTYPE.
 func SemaphoreKey(key string) string { return slotName("redlock:sem:", key) }
 
-// A Semaphore admits at most Permits holders of its key at once, across the
-// Client's nodes. Make it with Client.Semaphore. It holds no state of its
-// own beyond its configuration: it is safe for concurrent use, and any
-// number of Semaphore values for the same key and permits, in any process,
-// share the same permits. Every holder must use the same permit count for a
-// key; a holder that uses a larger one may exceed the smaller. The nil or
-// zero Semaphore is not usable: its calls return an error wrapping
-// ErrInvalid.
+// A Semaphore admits holders of its key whose weights add up to at most
+// Permits at once, across the Client's nodes. Each of its permits weighs
+// Weight (1 unless made WithWeight), as x/sync/semaphore's Acquire(ctx, n)
+// takes n. Make it with Client.Semaphore. It holds no state of its own
+// beyond its configuration: it is safe for concurrent use, and any number of
+// Semaphore values for the same key and permits, in any process and of any
+// weights, share the same permits. Every holder must use the same permit
+// count for a key; a holder that uses a larger one may exceed the smaller.
+// The nil or zero Semaphore is not usable: its calls return an error
+// wrapping ErrInvalid.
 type Semaphore struct {
 	client  *Client
 	key     string
 	permits int
+	weight  int // what each of its permits counts for, 1 to permits
 	quorum  int // nodes that must admit a token (semQuorum)
 }
 
 // A SemaphoreOption configures a Semaphore.
 type SemaphoreOption func(*semaphoreConfig)
 
-type semaphoreConfig struct{ noFaultTolerance bool }
+type semaphoreConfig struct {
+	noFaultTolerance bool
+	weight           int
+	weighted         bool // WithWeight was given; otherwise the weight is 1
+}
+
+// WithWeight makes every permit of the semaphore count for n of its K
+// permits, as x/sync/semaphore's Acquire(ctx, n) does: Acquire waits until
+// n are free and Release gives the n back at once. n must be from 1 to K;
+// Client.Semaphore refuses any other n with ErrInvalid. The default is 1.
+//
+// The weight belongs to the Semaphore value rather than to each call, so
+// that Acquire, TryAcquire and Do have one form whatever the weight. A
+// Semaphore makes no network call and holds no state, so a caller whose
+// weights vary makes one per weight (or per call); Semaphores of different
+// weights on the same key and permits share the same K. A holder of weight n
+// waits while fewer than n permits are free, however long smaller holders
+// keep coming: there is no queue (docs/semaphore.md).
+func WithWeight(n int) SemaphoreOption {
+	return func(c *semaphoreConfig) { c.weight, c.weighted = n, true }
+}
 
 // AllowNoFaultTolerance accepts a semaphore whose quorum is every node: K ≥
 // N−1 permits on N > 1 nodes. Such a semaphore is safe, but one node that is
@@ -85,7 +115,7 @@ func AllowNoFaultTolerance() SemaphoreOption {
 // Semaphore returns the semaphore of key with the given number of permits
 // on the Client's nodes. It makes no network call. It returns an error
 // wrapping ErrInvalid, and no Semaphore, for a nil Client, an empty key,
-// permits < 1, a nil option, or a quorum of every one of N > 1 nodes (K ≥
+// permits < 1, a nil option, a weight outside 1 to permits, or a quorum of every one of N > 1 nodes (K ≥
 // N−1: on 3 nodes every K ≥ 2, on 5 every K ≥ 4) without
 // AllowNoFaultTolerance; the error says how many nodes would tolerate one
 // failure.
@@ -110,8 +140,12 @@ func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) (*S
 		return nil, invalid("empty key")
 	case permits < 1:
 		return nil, invalid("semaphore permits %d must be at least 1", permits)
+	case !cfg.weighted:
+		cfg.weight = 1
+	case cfg.weight < 1 || cfg.weight > permits:
+		return nil, invalid("semaphore weight %d must be from 1 to the %d permits", cfg.weight, permits)
 	}
-	s := &Semaphore{client: c, key: key, permits: permits, quorum: semQuorum(n, permits)}
+	s := &Semaphore{client: c, key: key, permits: permits, weight: cfg.weight, quorum: semQuorum(n, permits)}
 	if s.quorum == n && n > 1 && !cfg.noFaultTolerance {
 		return nil, invalid("a semaphore of %d permits on %d nodes needs every node (quorum %d), so one failed node stops it; use more nodes (at least %d tolerate one failure) or AllowNoFaultTolerance",
 			permits, n, s.quorum, permits+2)
@@ -133,6 +167,15 @@ func (s *Semaphore) Permits() int {
 		return 0
 	}
 	return s.permits
+}
+
+// Weight returns how many of the K permits each of its permits counts for,
+// as set WithWeight (1 by default), or 0 for the nil Semaphore.
+func (s *Semaphore) Weight() int {
+	if s == nil {
+		return 0
+	}
+	return s.weight
 }
 
 // Quorum returns how many nodes must admit a permit: ⌊K·N/(K+1)⌋ + 1 for K
@@ -164,7 +207,8 @@ func (s *Semaphore) FaultTolerance() int {
 	return len(s.client.nodes) - s.quorum
 }
 
-// Acquire takes one permit for ttl. It retries after a pause as Client.Lock
+// Acquire takes a permit of the semaphore's Weight for ttl: it is admitted
+// when the live permits' weights and its own add up to at most K. It retries after a pause as Client.Lock
 // does (WithTries, WithRetryDelay, WithRetryStrategy) until it holds a
 // permit, the tries run out, the strategy gives up, ctx ends, or the Client
 // is closed (ErrClosed). While it waits, a release of a permit wakes it for
@@ -185,6 +229,10 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, er
 
 // TryAcquire makes exactly one attempt to take a permit for ttl; see
 // Acquire for what happens on each path.
+//
+// A permit of weight n > 1 is refused while fewer than n permits are free,
+// even if holders of smaller weight are being admitted around it: TryAcquire
+// does not queue, and Acquire's retries do not reserve (docs/semaphore.md).
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
 	return s.acquire(ctx, ttl, 1)
 }
@@ -232,8 +280,11 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 	if err != nil {
 		return nil, 0, err
 	}
+	// The set's member carries the weight, so that each node can add up
+	// its holders' weights; the caller's token stays the permit's Value.
+	member := strconv.Itoa(s.weight) + ":" + token
 	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, ops: &semHoldOps, need: s.quorum, permits: s.permits,
-		args: newCmdArgs(SemaphoreKey(c.keyPrefix+s.key), token, ttl, c.channel)}}
+		args: newCmdArgs(SemaphoreKey(c.keyPrefix+s.key), member, ttl, c.channel)}}
 	args, permits := &p.state.args, int64(s.permits)
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
@@ -250,7 +301,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			reply, err := p.admit(ctx, n, deadline, permits)
+			reply, err := p.admit(ctx, n, deadline, permits, int64(s.weight))
 			switch {
 			case err != nil || reply == int64(0) || reply == int64(1):
 			case reply == int64(2):
@@ -296,9 +347,9 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 // seq-cst atomics, either letGo reads the bit set again, or this reads
 // letGone set.) Unlike evalMarking, a node whose script ran before any
 // release is never undone on the strength of the fallback alone.
-func (p *Permit) admit(ctx context.Context, n *node, deadline time.Time, permits int64) (any, error) {
+func (p *Permit) admit(ctx context.Context, n *node, deadline time.Time, permits, weight int64) (any, error) {
 	a, s, bit := &p.state.args, &semAcquireScript, uint64(1)<<n.index
-	reply, err := n.send(ctx, deadline, a.lane, &a.unsent, "EVALSHA", 2, s.keys, s.hashArg, s.keysArg, a.key, a.token, a.ttl, permits)
+	reply, err := n.send(ctx, deadline, a.lane, &a.unsent, "EVALSHA", 2, s.keys, s.hashArg, s.keysArg, a.key, a.token, a.ttl, permits, weight)
 	if replyCode(err) != "NOSCRIPT" {
 		return reply, err
 	}
@@ -306,7 +357,7 @@ func (p *Permit) admit(ctx context.Context, n *node, deadline time.Time, permits
 	if p.state.letGone.Load() {
 		p.state.overtaken.Or(bit)
 	}
-	return n.send(ctx, deadline, a.lane, &a.unsent, "EVAL", 2, s.keys, s.srcArg, s.keysArg, a.key, a.token, a.ttl, permits)
+	return n.send(ctx, deadline, a.lane, &a.unsent, "EVAL", 2, s.keys, s.srcArg, s.keysArg, a.key, a.token, a.ttl, permits, weight)
 }
 
 // Do takes a permit for ttl as Acquire does, runs fn while holding it, and
@@ -355,7 +406,8 @@ type Permit struct {
 	state Lock
 }
 
-// Value returns the token that marks this permit on each node.
+// Value returns the token that marks this permit on each node. (The
+// member of SemaphoreKey's sorted set is "weight:token".)
 func (p *Permit) Value() string {
 	if p == nil || p.sem == nil {
 		return ""
@@ -401,6 +453,15 @@ func (p *Permit) Margin() int {
 		return 0
 	}
 	return p.state.Margin() // the Lock's need is the semaphore's quorum
+}
+
+// Weight returns how many of the semaphore's K permits this permit counts
+// for: its Semaphore's Weight, or 0 for the nil *Permit.
+func (p *Permit) Weight() int {
+	if p == nil || p.sem == nil {
+		return 0
+	}
+	return p.sem.weight
 }
 
 // Key returns the semaphore's key.

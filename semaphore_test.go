@@ -18,8 +18,23 @@ import (
 )
 
 // members returns the tokens in the sorted set of the semaphore on key, on
-// each node, sorted.
+// each node, sorted: each member without its "weight:" (rawMembers keeps it).
 func (c *cluster) members(key string) [][]string {
+	out := c.rawMembers(key)
+	for _, ms := range out {
+		for j, m := range ms {
+			if w, tok, ok := strings.Cut(m, ":"); ok && strings.Trim(w, "0123456789") == "" {
+				ms[j] = tok
+			}
+		}
+		slices.Sort(ms)
+	}
+	return out
+}
+
+// rawMembers returns the members of the sorted set of the semaphore on key,
+// on each node, sorted.
+func (c *cluster) rawMembers(key string) [][]string {
 	key = redlock.SemaphoreKey(key)
 	out := make([][]string, len(c.nodes))
 	for i, m := range c.nodes {
@@ -36,7 +51,8 @@ func (c *cluster) members(key string) [][]string {
 	return out
 }
 
-// holding returns on how many nodes key's set holds token.
+// holding returns on how many nodes key's set holds token, whatever its
+// weight.
 func (c *cluster) holding(key, token string) int {
 	n := 0
 	for _, ms := range c.members(key) {
@@ -133,6 +149,9 @@ func TestSemaphoreInvalid(t *testing.T) {
 		{"nil option", client, "s", 2, []redlock.SemaphoreOption{nil}, "nil semaphore option"},
 		{"empty key", client, "", 2, nil, "empty key"},
 		{"nil client", nil, "s", 2, nil, "nil or zero *Client"},
+		{"weight 0", client, "s", 2, []redlock.SemaphoreOption{redlock.WithWeight(0)}, "weight 0 must be from 1 to the 2 permits"},
+		{"negative weight", client, "s", 2, []redlock.SemaphoreOption{redlock.WithWeight(-1)}, "weight -1"},
+		{"weight above K", client, "s", 2, []redlock.SemaphoreOption{redlock.WithWeight(3)}, "weight 3 must be from 1 to the 2 permits"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := tc.client.Semaphore(tc.key, tc.permits, tc.opts...)
@@ -209,6 +228,78 @@ func TestSemaphoreInvalid(t *testing.T) {
 	require.NoError(t, client.Close())
 	_, err = mustSemaphore(t, client, "s", 2).TryAcquire(ctx, time.Second)
 	require.ErrorIs(t, err, redlock.ErrClosed)
+}
+
+// Weighted permits: a node admits holders while their weights add up to at
+// most K, so K=3 on N=5 (quorum 4) takes a permit of weight 2 and one of
+// weight 1, and then nothing; a second permit of weight 2 waits for the
+// first to be released, not for the one of weight 1. The weight is in each
+// member ("2:token"), a member without one counts as weight 1, and a token
+// that repeats under another weight is refused as under the same.
+func TestSemaphoreWeighted(t *testing.T) {
+	c := newCluster(t, 5)
+	client := c.client(t)
+	ctx := context.Background()
+	two := mustSemaphore(t, client, "w", 3, redlock.WithWeight(2))
+	one := mustSemaphore(t, client, "w", 3)
+	three := mustSemaphore(t, client, "w", 3, redlock.WithWeight(3))
+	assert.Equal(t, 2, two.Weight())
+	assert.Equal(t, 1, one.Weight(), "the default weight")
+	assert.Equal(t, 4, two.Quorum(), "the quorum depends on K alone")
+
+	a, err := two.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, 2, a.Weight())
+	c.settle(t)
+	for i, ms := range c.rawMembers("w") {
+		assert.Equal(t, []string{"2:" + a.Value()}, ms, "node %d", i)
+	}
+	_, err = two.TryAcquire(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "2+2 > 3")
+	_, err = three.TryAcquire(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "2+3 > 3")
+	b, err := one.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err, "2+1 = 3")
+	_, err = one.TryAcquire(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "2+1+1 > 3")
+
+	require.NoError(t, a.Release(ctx))
+	c.settle(t)
+	d, err := two.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err, "1+2 = 3 once the first weight 2 is released")
+	require.NoError(t, d.Release(ctx))
+	require.NoError(t, b.Release(ctx))
+	c.settle(t)
+
+	// A token already in the set under weight 1 is refused under weight 2.
+	repeating := c.client(t, redlock.WithTokenFunc(scriptedTokens("dup", "dup")))
+	dup, err := mustSemaphore(t, repeating, "w", 3).TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, "dup", dup.Value())
+	c.settle(t)
+	_, err = mustSemaphore(t, repeating, "w", 3, redlock.WithWeight(2)).TryAcquire(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Contains(t, err.Error(), "already a holder's")
+	require.NoError(t, dup.Release(ctx))
+	c.settle(t)
+
+	// A member without a weight (another client's, or an older one's)
+	// counts as 1: two of them leave room for weight 1, not 2.
+	for i := range c.nodes {
+		c.fill(t, i, "w", 2)
+	}
+	_, err = two.TryAcquire(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "1+1+2 > 3")
+	e, err := one.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err, "1+1+1 = 3")
+	require.NoError(t, e.Release(ctx))
+
+	// Weight on the nil and zero values.
+	var nilSem *redlock.Semaphore
+	var nilPermit *redlock.Permit
+	assert.Zero(t, nilSem.Weight())
+	assert.Zero(t, nilPermit.Weight())
+	assert.Zero(t, new(redlock.Permit).Weight())
 }
 
 // K permits are granted and the next is refused; a release frees one; and
@@ -393,7 +484,7 @@ func TestSemaphoreNonHolder(t *testing.T) {
 	scores := func(token string) []float64 {
 		var out []float64
 		for _, m := range c.nodes {
-			sc, err := m.ZScore(redlock.SemaphoreKey("s"), token)
+			sc, err := m.ZScore(redlock.SemaphoreKey("s"), "1:"+token)
 			require.NoError(t, err)
 			out = append(out, sc)
 		}
@@ -401,7 +492,7 @@ func TestSemaphoreNonHolder(t *testing.T) {
 	}
 	before := scores(a.Value())
 	for _, m := range c.nodes {
-		_, err := m.ZRem(redlock.SemaphoreKey("s"), b.Value())
+		_, err := m.ZRem(redlock.SemaphoreKey("s"), "1:"+b.Value())
 		require.NoError(t, err)
 	}
 
@@ -431,7 +522,7 @@ func TestSemaphoreExtendNeverShortens(t *testing.T) {
 	require.NoError(t, err)
 	c.settle(t)
 	score := func(i int) time.Time {
-		sc, err := c.nodes[i].ZScore(redlock.SemaphoreKey("s"), p.Value())
+		sc, err := c.nodes[i].ZScore(redlock.SemaphoreKey("s"), "1:"+p.Value())
 		require.NoError(t, err)
 		return time.UnixMilli(int64(sc))
 	}
@@ -735,4 +826,41 @@ func TestSemaphoreObserverSeesNodes(t *testing.T) {
 	require.Len(t, failed, 1)
 	assert.ErrorIs(t, failed[0].Err, redlock.ErrNotObtained)
 	require.NoError(t, held.Release(ctx))
+}
+
+// Weighted permits on 1, 3 and 5 nodes, with an ended ctx, and on a closed
+// Client: a weight that fills K leaves no room, a context that had ended
+// sends nothing, and Close refuses before any network call.
+func TestSemaphoreWeightedNodesAndEnds(t *testing.T) {
+	for _, n := range []int{1, 3, 5} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			c := newCluster(t, n)
+			client := c.client(t)
+			ctx := context.Background()
+			full := mustSemaphore(t, client, "w", 3, redlock.AllowNoFaultTolerance(), redlock.WithWeight(3))
+			one := mustSemaphore(t, client, "w", 3, redlock.AllowNoFaultTolerance())
+			p, err := full.TryAcquire(ctx, time.Minute)
+			require.NoError(t, err)
+			_, err = one.TryAcquire(ctx, time.Minute)
+			require.ErrorIs(t, err, redlock.ErrNotObtained, "weight 3 fills K=3")
+			require.NoError(t, p.Release(ctx))
+			c.settle(t)
+			p, err = one.TryAcquire(ctx, time.Minute)
+			require.NoError(t, err, "free again")
+			require.NoError(t, p.Release(ctx))
+
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			before := c.gets()
+			_, err = full.Acquire(ended, time.Minute)
+			require.ErrorIs(t, err, context.Canceled)
+			require.ErrorIs(t, err, redlock.ErrNotObtained)
+			c.settle(t)
+			assert.Equal(t, before, c.gets(), "an ended ctx sent something")
+
+			require.NoError(t, client.Close())
+			_, err = full.TryAcquire(ctx, time.Minute)
+			require.ErrorIs(t, err, redlock.ErrClosed)
+		})
+	}
 }
