@@ -397,7 +397,7 @@ func checkLeaders(elected []electGrant, reports []leaderReport, observed []Leade
 	}
 	var highest uint64
 	for _, l := range observed {
-		if l == (Leader{}) {
+		if l.Term == 0 {
 			continue
 		}
 		if !granted(l) {
