@@ -19,7 +19,7 @@ func benchSemaphore(s *redlock.Semaphore) benchkit.Op {
 		if err != nil {
 			return err
 		}
-		return p.Release(ctx)
+		return p.Unlock(ctx)
 	}
 }
 
@@ -78,7 +78,7 @@ func BenchmarkSemaphoreWeighted(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() { _ = p.Release(context.Background()) })
+			b.Cleanup(func() { _ = p.Unlock(context.Background()) })
 		}
 		s := benchSemaphore(mustSemaphore(b, c, key, 32, redlock.AllowNoFaultTolerance()))
 		return func(ctx context.Context, _ string) error { return s(ctx, key) }
@@ -112,7 +112,7 @@ func BenchmarkSemaphoreContention(b *testing.B) {
 			benchkit.Contention(b, func(ctx context.Context, key string) error {
 				p, err := mustSemaphore(b, c, key, k, redlock.AllowNoFaultTolerance()).Acquire(ctx, benchTTL)
 				if err == nil {
-					err = p.Release(ctx)
+					err = p.Unlock(ctx)
 				}
 				return err
 			}, workers)

@@ -24,7 +24,7 @@ import (
 )
 
 // A permitChecker judges a run of permit cycles against the semaphore's
-// claim: while Permit.Until has not passed, the permits of the key held
+// claim: while a permit's Until has not passed, the permits of the key held
 // weigh at most k in all (with unit permits: at most k are held). It trusts
 // nothing but Until, Weight and the process's monotonic clock, and checks
 // the claim two ways:
@@ -50,7 +50,8 @@ type permitChecker struct {
 
 type permitHold struct {
 	worker  int
-	permit  *redlock.Permit
+	weight  int // its Semaphore's Weight
+	permit  *redlock.Lock
 	granted time.Time
 }
 
@@ -60,25 +61,25 @@ func newPermitChecker(k int) *permitChecker {
 
 // enter records that worker holds p from now on. Call it right after
 // Acquire returns.
-func (c *permitChecker) enter(worker int, p *redlock.Permit) *permitHold {
+func (c *permitChecker) enter(worker, weight int, p *redlock.Lock) *permitHold {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	valid := 0
 	for other := range c.inside {
 		if now.Before(other.permit.Until()) {
-			valid += other.permit.Weight()
+			valid += other.weight
 		}
 	}
-	if valid+p.Weight() > c.k {
+	if valid+weight > c.k {
 		c.violatef("occupancy: worker %d entered with weight %d at %s while permits weighing %d of %d were valid",
-			worker, p.Weight(), stamp(now), valid, c.k)
+			worker, weight, stamp(now), valid, c.k)
 	}
-	h := &permitHold{worker: worker, permit: p, granted: now}
+	h := &permitHold{worker: worker, weight: weight, permit: p, granted: now}
 	c.inside[h] = true
 	inside := 0
 	for other := range c.inside {
-		inside += other.permit.Weight()
+		inside += other.weight
 	}
 	c.maxInside = max(c.maxInside, inside)
 	return h
@@ -97,7 +98,7 @@ func (c *permitChecker) exit(h *permitHold) {
 		c.overruns++
 	}
 	c.intervals = append(c.intervals, chaosInterval{worker: h.worker, start: h.granted, end: end})
-	c.weights = append(c.weights, h.permit.Weight())
+	c.weights = append(c.weights, h.weight)
 }
 
 // finish runs the interval sweep and returns every violation found.
@@ -175,7 +176,7 @@ func (ld *permitLoad) start(ctx context.Context, workers int, seed uint64) (wait
 
 func (ld *permitLoad) worker(ctx context.Context, id int, rng *rand.Rand) {
 	for ctx.Err() == nil {
-		var p *redlock.Permit
+		var p *redlock.Lock
 		var err error
 		sem := ld.sem
 		if len(ld.sems) > 0 {
@@ -189,7 +190,7 @@ func (ld *permitLoad) worker(ctx context.Context, id int, rng *rand.Rand) {
 			}
 			continue
 		}
-		h := ld.check.enter(id, p)
+		h := ld.check.enter(id, sem.Weight(), p)
 		for w := range 2 {
 			if time.Until(p.Until()) < ld.ttl/2 {
 				break
@@ -207,7 +208,7 @@ func (ld *permitLoad) worker(ctx context.Context, id int, rng *rand.Rand) {
 			}
 		}
 		ld.check.exit(h)
-		ld.timed("Release", ld.callBudget, func() { err = p.Release(context.WithoutCancel(ctx)) })
+		ld.timed("Release", ld.callBudget, func() { err = p.Unlock(context.WithoutCancel(ctx)) })
 		if err != nil {
 			ld.releaseFails.Add(1)
 			if len(realNodeErrors(err)) == 0 && !errors.Is(err, redlock.ErrExpired) && !errors.Is(err, redlock.ErrLockLost) {

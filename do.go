@@ -93,7 +93,7 @@ func (c *Client) hold(ctx context.Context, key string, ttl time.Duration, acquir
 	return c.holdLease(ctx, context.WithValue(ctx, heldKey{}, l), l, ttl, fn, l.Unlock, lost)
 }
 
-// A lease is what holdLease keeps alive while fn runs: a *Lock, or a *Permit.
+// A lease is what holdLease keeps alive while fn runs: a *Lock.
 type lease interface {
 	Until() time.Time
 	Done() <-chan struct{}
@@ -247,8 +247,9 @@ func lostCause(why string, last error) error {
 
 type heldKey struct{}
 
-// HeldLock returns the lock that Do holds while it runs fn with ctx, or nil if
-// ctx does not come from Do. fn may read its Until before a step that needs
+// HeldLock returns the lock that Do (Client.Do, RWMutex.Do and RDo,
+// Semaphore.Do: its permit) holds while it runs fn with ctx, or nil if ctx
+// does not come from one of them. fn may read its Until before a step that needs
 // exclusion, its Value, or its fencing Token (with WithFencing) to send with
 // each write; it must not Unlock or Extend it, which Do does.
 func HeldLock(ctx context.Context) *Lock {

@@ -29,8 +29,9 @@ import (
 //   - release (Lock.unlock): always sent, whatever the caller's ctx, within
 //     one node timeout; the error tells the truth.
 //
-// A holder of any primitive is a *Lock, or (a Permit) wraps one, so that
-// validity, Done and the overtaking rules are the same code for all.
+// A holder of any primitive is a *Lock (a mutex's, an RWMutex's, a
+// Semaphore's permit), so that validity, Done and the overtaking rules are
+// the same code for all.
 
 // An acquisition is what a primitive gives acquireLoop.
 type acquisition struct {

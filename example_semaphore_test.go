@@ -46,13 +46,13 @@ func ExampleClient_Semaphore() {
 	if err := first.Extend(ctx, 10*time.Second); err != nil {
 		log.Fatal(err)
 	}
-	if err := first.Release(ctx); err != nil {
+	if err := first.Unlock(ctx); err != nil {
 		log.Fatal(err)
 	}
 	third, err := sem.TryAcquire(ctx, 10*time.Second)
 	fmt.Println("after a release:", err == nil)
-	_ = second.Release(ctx)
-	_ = third.Release(ctx)
+	_ = second.Unlock(ctx)
+	_ = third.Unlock(ctx)
 
 	// A configuration that tolerates no failed node is refused when the
 	// semaphore is made, unless asked for with AllowNoFaultTolerance.
@@ -115,11 +115,11 @@ func ExampleWithWeight() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("held:", two.Weight()+one.Weight(), "of", big.Permits())
+	fmt.Println("held:", big.Weight()+small.Weight(), "of", big.Permits())
 	_, err = small.TryAcquire(ctx, 10*time.Second)
 	fmt.Println("one more:", errors.Is(err, redlock.ErrNotObtained))
-	_ = two.Release(ctx)
-	_ = one.Release(ctx)
+	_ = two.Unlock(ctx)
+	_ = one.Unlock(ctx)
 
 	// A weight above K is refused when the semaphore is made.
 	_, err = client.Semaphore("gpus", 3, redlock.WithWeight(4))

@@ -25,7 +25,6 @@ func TestNilAndZeroReceiversByReflection(t *testing.T) {
 	roots := []any{
 		(*redlock.Client)(nil), new(redlock.Client),
 		(*redlock.Lock)(nil), new(redlock.Lock),
-		(*redlock.Permit)(nil), new(redlock.Permit),
 		(*redlock.Semaphore)(nil), new(redlock.Semaphore),
 		(*redlock.RWMutex)(nil), new(redlock.RWMutex),
 		(*redlock.Election)(nil), new(redlock.Election),

@@ -44,12 +44,12 @@ func holders() []holder {
 		{"permit",
 			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
 				p, err := acquireOn(ctx, c, "left:sem", 1, time.Minute)
-				return p.Release, err
+				return p.Unlock, err
 			},
 			func(ctx context.Context, c *redlock.Client) error {
 				p, err := tryAcquireOn(ctx, c, "left:sem", 1, time.Minute)
 				if err == nil {
-					err = p.Release(ctx)
+					err = p.Unlock(ctx)
 				}
 				return err
 			}},
@@ -390,15 +390,14 @@ func TestNilAndZeroReceivers(t *testing.T) {
 		})
 	}
 	var l *redlock.Lock
-	var p *redlock.Permit
+	var p *redlock.Lock
 	var ld *redlock.Leadership
 	for call, err := range map[string]error{
 		"Lock.Extend":      l.Extend(ctx, time.Second),
 		"Lock.Unlock":      l.Unlock(ctx),
 		"zero Lock.Unlock": new(redlock.Lock).Unlock(ctx),
-		"Permit.Extend":    p.Extend(ctx, time.Second),
-		"Permit.Release":   p.Release(ctx),
-		"zero Permit":      new(redlock.Permit).Release(ctx),
+		"permit Extend":    p.Extend(ctx, time.Second),
+		"permit Unlock":    p.Unlock(ctx),
 		"Resign":           ld.Resign(ctx),
 		"zero Resign":      new(redlock.Leadership).Resign(ctx),
 		"zero Leadership":  new(redlock.Leadership).Err(),
@@ -412,7 +411,6 @@ func TestNilAndZeroReceivers(t *testing.T) {
 	}
 	_ = new(redlock.Leadership).Done()
 	_ = new(redlock.Lock).Done()
-	_ = new(redlock.Permit).Done()
 }
 
 // With WithKeyPrefix, a release wakes the waiter: the announcement names
@@ -487,11 +485,11 @@ func testWakeUpEveryPrimitive(t *testing.T, addrs []string, prefix string) {
 		{"permit",
 			func() (func(context.Context) error, error) {
 				p, err := acquireOn(ctx, owner, "wake:sem", 1, time.Minute)
-				return p.Release, err
+				return p.Unlock, err
 			},
 			func(ctx context.Context, c *redlock.Client) (func(context.Context) error, error) {
 				p, err := acquireOn(ctx, c, "wake:sem", 1, time.Minute)
-				return p.Release, err
+				return p.Unlock, err
 			}},
 		{"candidate",
 			func() (func(context.Context) error, error) {

@@ -552,13 +552,15 @@ func randomToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// A Lock is a held lock: a key set to a token on a majority of nodes, or a
+// A Lock is a held lock: a key set to a token on a majority of nodes; a
 // holder's part of an RWMutex (a writer's key, or a reader's place in the
-// readers set, on a majority). Its methods are safe for concurrent use. The
-// nil *Lock that a failed Lock returns holds nothing: Until is zero, Done is
-// closed, and Extend and Unlock return an error wrapping ErrInvalid. The lock is exclusive only until
-// Until; work that may outlast it must Extend first, and must stop if Extend
-// fails.
+// readers set, on a majority); or a Semaphore's permit (its token in the
+// semaphore's set on the semaphore's quorum). Its methods are safe for
+// concurrent use. The nil *Lock that a failed call returns holds nothing:
+// Until is zero, Done is closed, and Extend and Unlock return an error
+// wrapping ErrInvalid. The lock is exclusive (a permit, one of at most K)
+// only until Until; work that may outlast it must Extend first, and must
+// stop if Extend fails.
 type Lock struct {
 	client  *Client
 	key     string
@@ -568,7 +570,7 @@ type Lock struct {
 	args    cmdArgs    // key and token as command arguments (ttl: the first one's)
 	ops     *holdOps   // how Extend and Unlock act on a node; nil: on a key set to the token
 	need    int        // nodes that must hold it; 0: the Client's majority (Lock.quorum)
-	permits int        // a Permit's semaphore's K, for its errors; 0 otherwise
+	permits int        // a permit's semaphore's K, for its errors; 0 otherwise
 
 	mu       sync.Mutex
 	until    time.Time     // zero once Unlock has begun
@@ -810,7 +812,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // quorum is how many nodes must hold the lock: the Client's majority, or a
-// semaphore's quorum for a Permit.
+// semaphore's quorum for a permit.
 func (l *Lock) quorum() int {
 	if l.need > 0 {
 		return l.need

@@ -208,19 +208,28 @@ func (s *Semaphore) FaultTolerance() int {
 }
 
 // Acquire takes a permit of the semaphore's Weight for ttl: it is admitted
-// when the live permits' weights and its own add up to at most K. It retries after a pause as Client.Lock
-// does (WithTries, WithRetryDelay, WithRetryStrategy) until it holds a
+// when the live permits' weights and its own add up to at most K. It
+// retries after a pause as Client.Lock does (WithTries, WithRetryDelay, WithRetryStrategy) until it holds a
 // permit, the tries run out, the strategy gives up, ctx ends, or the Client
 // is closed (ErrClosed). While it waits, a release of a permit wakes it for
 // an extra attempt at once, as for Lock (the engine: engine.go).
 //
-// On success the permit is valid until Permit.Until. On failure it returns
+// The permit is a *Lock, as an RWMutex's holds are: its token admitted by
+// a quorum of nodes. Until, Done, Held, Margin, Extend and Unlock act as
+// they do for a mutex's lock, with the semaphore's quorum in place of the
+// majority; Unlock gives the permit back, and ErrLockLost from it or from
+// Extend means the permit may not have been one of at most K. Its Token is
+// 0: permits are shared by up to K holders, so a token that orders them
+// would not say which writes to refuse; a resource that needs exclusion
+// uses a mutex WithFencing.
+//
+// On success the permit is valid until its Until. On failure it returns
 // an error wrapping ErrNotObtained with the per-node causes, plus ctx.Err()
 // if ctx ended; every attempt has removed its token from the nodes that may
 // hold it. Bad arguments or an impossible configuration return an error
 // wrapping ErrInvalid and make no network call. Each attempt takes at most
 // one node timeout, or two when it fails and must be undone.
-func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
+func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lock, error) {
 	if s == nil || s.client == nil {
 		return nil, errNilSemaphore
 	}
@@ -233,11 +242,11 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, er
 // A permit of weight n > 1 is refused while fewer than n permits are free,
 // even if holders of smaller weight are being admitted around it: TryAcquire
 // does not queue, and Acquire's retries do not reserve (docs/semaphore.md).
-func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
+func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lock, error) {
 	return s.acquire(ctx, ttl, 1)
 }
 
-func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (*Permit, error) {
+func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (*Lock, error) {
 	if s == nil || s.client == nil {
 		return nil, errNilSemaphore
 	}
@@ -254,7 +263,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 	}
 	// The engine's loop (acquireLoop) with the semaphore's attempt and
 	// quorum; a release of the key announces that a slot is free.
-	var won *Permit
+	var won *Lock
 	_, err = c.acquireLoop(ctx, &acquisition{
 		key: s.key, wake: []string{SemaphoreKey(c.keyPrefix + s.key)}, need: s.quorum, tries: tries,
 		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
@@ -263,7 +272,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 				return nil, held, err
 			}
 			won = p
-			return &p.state, 0, nil
+			return p, 0, nil
 		},
 	})
 	if err != nil {
@@ -274,7 +283,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 
 // attempt is one acquisition: the mutex's steps 1 to 4 with the
 // semaphore's script and quorum.
-func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (*Permit, uint64, error) {
+func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (*Lock, uint64, error) {
 	c := s.client
 	token, err := c.token()
 	if err != nil {
@@ -283,9 +292,9 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 	// The set's member carries the weight, so that each node can add up
 	// its holders' weights; the caller's token stays the permit's Value.
 	member := strconv.Itoa(s.weight) + ":" + token
-	p := &Permit{sem: s, state: Lock{client: c, key: s.key, token: token, ops: &semHoldOps, need: s.quorum, permits: s.permits,
-		args: newCmdArgs(SemaphoreKey(c.keyPrefix+s.key), member, ttl, c.channel)}}
-	args, permits := &p.state.args, int64(s.permits)
+	p := &Lock{client: c, key: s.key, token: token, ops: &semHoldOps, need: s.quorum, permits: s.permits,
+		args: newCmdArgs(SemaphoreKey(c.keyPrefix+s.key), member, ttl, c.channel)}
+	args, permits := &p.args, int64(s.permits)
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
 	args.unsent.Store(1<<len(c.nodes) - 1) // no command has entered a pipe yet
@@ -297,11 +306,11 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 	// seen; a quorum admitted the token fresh, and any two quora share a
 	// node, so the other holder had lost its own quorum by then.)
 	var repeated atomic.Uint64
-	undo := p.removeOp()
+	undo := semRemoveOp(p)
 	won, t := c.fanout(ctx, round{
 		need: s.quorum,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			reply, err := p.admit(ctx, n, deadline, permits, int64(s.weight))
+			reply, err := semAdmit(p, ctx, n, deadline, permits, int64(s.weight))
 			switch {
 			case err != nil || reply == int64(0) || reply == int64(1):
 			case reply == int64(2):
@@ -321,7 +330,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 		},
 		valid: func() bool { return repeated.Load() == 0 && c.clock.Now().Before(until) },
 		// A Release that overtakes an admission in flight undoes it.
-		overtaken: &p.state,
+		overtaken: p,
 		// Node events for an Observer; the engine reports the call's.
 		kind: observe.OpAcquire, key: s.key, id: id, masks: &args.masks,
 	})
@@ -332,13 +341,13 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 		}
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
-	p.state.held.Store(&args.masks)
+	p.held.Store(&args.masks)
 	args.masks.settle() // won
-	p.state.until = until
+	p.until = until
 	return p, 0, nil
 }
 
-// admit sends the acquire script to n: by EVALSHA, and by EVAL if the node
+// semAdmit sends the acquire script for permit p to n: by EVALSHA, and by EVAL if the node
 // has not cached it. It keeps the bookkeeping of round.overtaken exact: the
 // node's bit in unsent is cleared when the EVALSHA enters the pipe, set again
 // when NOSCRIPT means the script must be resent, and cleared when the EVAL
@@ -347,21 +356,21 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 // seq-cst atomics, either letGo reads the bit set again, or this reads
 // letGone set.) Unlike evalMarking, a node whose script ran before any
 // release is never undone on the strength of the fallback alone.
-func (p *Permit) admit(ctx context.Context, n *node, deadline time.Time, permits, weight int64) (any, error) {
-	a, s, bit := &p.state.args, &semAcquireScript, uint64(1)<<n.index
+func semAdmit(p *Lock, ctx context.Context, n *node, deadline time.Time, permits, weight int64) (any, error) {
+	a, s, bit := &p.args, &semAcquireScript, uint64(1)<<n.index
 	reply, err := n.send(ctx, deadline, a.lane, &a.unsent, "EVALSHA", 2, s.keys, s.hashArg, s.keysArg, a.key, a.token, a.ttl, permits, weight)
 	if replyCode(err) != "NOSCRIPT" {
 		return reply, err
 	}
 	a.unsent.Or(bit)
-	if p.state.letGone.Load() {
-		p.state.overtaken.Or(bit)
+	if p.letGone.Load() {
+		p.overtaken.Or(bit)
 	}
 	return n.send(ctx, deadline, a.lane, &a.unsent, "EVAL", 2, s.keys, s.srcArg, s.keysArg, a.key, a.token, a.ttl, permits, weight)
 }
 
 // Do takes a permit for ttl as Acquire does, runs fn while holding it, and
-// releases it when fn returns; fn finds the permit with HeldPermit. While
+// releases it when fn returns; fn finds the permit with HeldLock. While
 // fn runs, the permit is extended every ttl/3, and fn's context is
 // cancelled with a cause wrapping ErrLockLost the moment the permit can no
 // longer be proven held. Every path is as for Client.Do, with the permit in
@@ -377,112 +386,13 @@ func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 	if err != nil {
 		return err
 	}
-	return s.client.holdLease(ctx, context.WithValue(ctx, heldPermitKey{}, p), p, ttl, fn, p.Release, nil)
+	return s.client.holdLease(ctx, context.WithValue(ctx, heldKey{}, p), p, ttl, fn, p.Unlock, nil)
 }
 
-type heldPermitKey struct{}
-
-// HeldPermit returns the permit that Semaphore.Do holds while it runs fn
-// with ctx, or nil if ctx does not come from Semaphore.Do. fn may read its
-// Until before a step that needs the bound; it must not Extend or Release
-// it, which Do does.
-func HeldPermit(ctx context.Context) *Permit {
-	p, _ := ctx.Value(heldPermitKey{}).(*Permit)
-	return p
-}
-
-// A Permit is one held permit of a Semaphore: its token admitted by a
-// quorum of nodes. Its methods are safe for concurrent use. The nil *Permit
-// that a failed Acquire returns holds nothing: Until is zero, Done is
-// closed, and Extend and Release return an error wrapping ErrInvalid. The
-// permit counts only until Until; work that may outlast it must Extend
-// first, and must stop if Extend fails.
-type Permit struct {
-	sem *Semaphore
-	// state is the permit's validity window and release bookkeeping, kept
-	// in a Lock value so that Until, Done and the overtaking rule of
-	// round.overtaken are the mutex's own code. Its Lock methods that talk
-	// to nodes (Extend, Unlock) are never called.
-	state Lock
-}
-
-// Value returns the token that marks this permit on each node. (The
-// member of SemaphoreKey's sorted set is "weight:token".)
-func (p *Permit) Value() string {
-	if p == nil || p.sem == nil {
-		return ""
-	}
-	return p.state.token
-}
-
-// Until returns the end of the validity window, on the client's clock: the
-// permit counts as one of at most K before this instant and not after. It
-// returns the zero Time once Release has begun.
-func (p *Permit) Until() time.Time {
-	if p == nil || p.sem == nil {
-		return time.Time{}
-	}
-	return p.state.Until()
-}
-
-// Done returns a channel that is closed when the permit's validity ends, or
-// when Release begins; as Lock.Done.
-func (p *Permit) Done() <-chan struct{} {
-	if p == nil || p.sem == nil {
-		return closedChan
-	}
-	return p.state.Done()
-}
-
-// Held returns how many nodes admitted the permit's token in its
-// acquisition or latest successful Extend, as far as the permit knows.
-func (p *Permit) Held() int {
-	if p == nil || p.sem == nil {
-		return 0
-	}
-	return p.state.Held()
-}
-
-// Margin returns how many more nodes may fail before the permit no longer
-// stands on the semaphore's quorum: the nodes that hold its token or have
-// not answered yet, less the quorum, as Lock.Margin counts against the
-// majority. 0 means one node failure from loss. It is 0 for the nil
-// *Permit.
-func (p *Permit) Margin() int {
-	if p == nil || p.sem == nil {
-		return 0
-	}
-	return p.state.Margin() // the Lock's need is the semaphore's quorum
-}
-
-// Weight returns how many of the semaphore's K permits this permit counts
-// for: its Semaphore's Weight, or 0 for the nil *Permit.
-func (p *Permit) Weight() int {
-	if p == nil || p.sem == nil {
-		return 0
-	}
-	return p.sem.weight
-}
-
-// Key returns the semaphore's key.
-func (p *Permit) Key() string {
-	if p == nil || p.sem == nil {
-		return ""
-	}
-	return p.sem.key
-}
-
-// Token returns 0: a permit has no fencing token. Permits are shared by up
-// to K holders, so a token that orders them would not say which writes to
-// refuse (docs/semaphore.md); a resource that needs exclusion uses a Lock
-// with WithFencing. It is there so that a Permit and a Lock answer the same
-// questions.
-func (p *Permit) Token() uint64 { return 0 }
-
-// removeOp returns the node operation that removes the permit's token:
+// semRemoveOp returns the node operation that removes permit p's token:
 // the undo of a lost acquisition.
-func (p *Permit) removeOp() nodeOp {
-	args := &p.state.args
+func semRemoveOp(p *Lock) nodeOp {
+	args := &p.args
 	return func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 		_, err := n.eval(ctx, deadline, args.lane, &semReleaseScript, args.key, args.token, args.channel)
 		return err == nil, err
@@ -502,61 +412,5 @@ var semHoldOps = holdOps{
 	},
 }
 
-// Extend makes the permit's token live at least ttl from now on every node
-// that still holds it; it never shortens it. It succeeds when a quorum did
-// so while both the old validity window and the new one were open; the new
-// one runs to start+ttl−drift, start being when Extend began. The paths are
-// those of Lock.Extend, with the semaphore's quorum in place of the
-// majority: ErrExpired if the validity had passed, ErrReleased if the
-// permit was released, ErrClosed on a closed Client, an error wrapping
-// ErrNotObtained if no quorum extended in time
-// (Until then becomes the earlier of the old and the new deadline), and
-// ErrLockLost with it when so many nodes no longer hold the token that
-// fewer than a quorum can. Extend takes at most one node timeout.
-func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
-	if p == nil || p.sem == nil {
-		return errNilPermit
-	}
-	return p.state.Extend(ctx, ttl)
-}
-
-// Release gives the permit back: it removes the permit's token on every
-// node that still holds it, and never touches another holder's. It returns
-// once a quorum of nodes removed it, as Unlock returns on a majority: the
-// permit is then free on as many nodes as an acquisition needs, so that the
-// caller's own next Acquire, whose commands queue behind these removals on
-// each node, can take it. The other nodes are released in the background
-// within one node timeout.
-//
-// From the moment Release begins, the permit no longer counts as held:
-// Until returns the zero Time and Done is closed, even if Release fails. On
-// each path, as for Lock.Unlock:
-//   - Enough nodes removed the token: nil. A retry counts the nodes that
-//     removed it the first time.
-//   - So many nodes answered, before the validity ended, that the token was
-//     gone (expired early, evicted, lost in a restart) that fewer than a
-//     quorum can have held it: an error wrapping ErrLockLost, because the
-//     permit may not have been one of at most K.
-//   - Too few nodes answered: an error saying so, with the per-node causes
-//     and ctx.Err() if ctx had ended; the token expires on the silent nodes
-//     at its ttl, and Release may be called again.
-//   - The validity had already passed: the removal is still sent, but
-//     Release returns ErrExpired.
-//   - An earlier Release was confirmed: ErrReleased; the removal is sent
-//     again all the same.
-//
-// The removal is always sent, whatever ctx says, on a closed Client too.
-// Release takes at most one node timeout.
-func (p *Permit) Release(ctx context.Context) error {
-	if p == nil || p.sem == nil {
-		return errNilPermit
-	}
-	return p.state.Unlock(ctx)
-}
-
 // errNilSemaphore is what a nil *Semaphore's calls return.
 var errNilSemaphore = invalid("nil or zero *Semaphore: make one with Client.Semaphore")
-
-// errNilPermit is what Extend and Release return on the nil *Permit of a
-// failed Acquire, instead of panicking.
-var errNilPermit = invalid("nil *Permit: the Acquire call that returned it failed")

@@ -107,7 +107,7 @@ func mustSemaphore(t testing.TB, c *redlock.Client, key string, k int, opts ...r
 
 // acquireOn makes the semaphore of key on c and acquires one permit: the
 // constructor's error, or Acquire's.
-func acquireOn(ctx context.Context, c *redlock.Client, key string, k int, ttl time.Duration) (*redlock.Permit, error) {
+func acquireOn(ctx context.Context, c *redlock.Client, key string, k int, ttl time.Duration) (*redlock.Lock, error) {
 	s, err := c.Semaphore(key, k)
 	if err != nil {
 		return nil, err
@@ -116,7 +116,7 @@ func acquireOn(ctx context.Context, c *redlock.Client, key string, k int, ttl ti
 }
 
 // tryAcquireOn is acquireOn with TryAcquire.
-func tryAcquireOn(ctx context.Context, c *redlock.Client, key string, k int, ttl time.Duration) (*redlock.Permit, error) {
+func tryAcquireOn(ctx context.Context, c *redlock.Client, key string, k int, ttl time.Duration) (*redlock.Lock, error) {
 	s, err := c.Semaphore(key, k)
 	if err != nil {
 		return nil, err
@@ -174,9 +174,9 @@ func TestSemaphoreInvalid(t *testing.T) {
 		{"zero semaphore", &redlock.Semaphore{}, ctx, time.Second, "nil or zero *Semaphore"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for name, call := range map[string]func() (*redlock.Permit, error){
-				"Acquire":    func() (*redlock.Permit, error) { return tc.sem.Acquire(tc.ctx, tc.ttl) },
-				"TryAcquire": func() (*redlock.Permit, error) { return tc.sem.TryAcquire(tc.ctx, tc.ttl) },
+			for name, call := range map[string]func() (*redlock.Lock, error){
+				"Acquire":    func() (*redlock.Lock, error) { return tc.sem.Acquire(tc.ctx, tc.ttl) },
+				"TryAcquire": func() (*redlock.Lock, error) { return tc.sem.TryAcquire(tc.ctx, tc.ttl) },
 			} {
 				p, err := call()
 				require.ErrorIs(t, err, redlock.ErrInvalid, name)
@@ -194,26 +194,26 @@ func TestSemaphoreInvalid(t *testing.T) {
 	require.NoError(t, err)
 	c.settle(t)
 	assert.Equal(t, 5, c.holding("s", p.Value()))
-	require.NoError(t, p.Release(ctx))
+	require.NoError(t, p.Unlock(ctx))
 
 	// One node has no failure to tolerate, whatever K.
 	one := newCluster(t, 1)
 	p, err = mustSemaphore(t, one.client(t), "s", 7).TryAcquire(ctx, time.Second)
 	require.NoError(t, err)
-	require.NoError(t, p.Release(ctx))
+	require.NoError(t, p.Unlock(ctx))
 
-	// A nil function, and the nil *Permit of a failed Acquire.
+	// A nil function, and the nil *Lock of a failed Acquire.
 	require.ErrorIs(t, mustSemaphore(t, client, "s", 2).Do(ctx, time.Second, nil), redlock.ErrInvalid)
-	var nilPermit *redlock.Permit
+	var nilPermit *redlock.Lock
 	require.ErrorIs(t, nilPermit.Extend(ctx, time.Second), redlock.ErrInvalid)
-	require.ErrorIs(t, nilPermit.Release(ctx), redlock.ErrInvalid)
+	require.ErrorIs(t, nilPermit.Unlock(ctx), redlock.ErrInvalid)
 	assert.True(t, nilPermit.Until().IsZero())
 	assert.Zero(t, nilPermit.Held())
 	assert.Empty(t, nilPermit.Value())
 	select {
 	case <-nilPermit.Done():
 	default:
-		t.Error("the nil *Permit's Done is open")
+		t.Error("the nil *Lock's Done is open")
 	}
 
 	// A permit's own calls check their arguments too.
@@ -221,8 +221,8 @@ func TestSemaphoreInvalid(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, p.Extend(ctx, 0), redlock.ErrInvalid)
 	require.ErrorIs(t, p.Extend(nil, time.Second), redlock.ErrInvalid) //nolint:staticcheck // nil ctx on purpose
-	require.ErrorIs(t, p.Release(nil), redlock.ErrInvalid)             //nolint:staticcheck // nil ctx on purpose
-	require.NoError(t, p.Release(ctx))
+	require.ErrorIs(t, p.Unlock(nil), redlock.ErrInvalid)              //nolint:staticcheck // nil ctx on purpose
+	require.NoError(t, p.Unlock(ctx))
 
 	// A closed Client.
 	require.NoError(t, client.Close())
@@ -249,7 +249,6 @@ func TestSemaphoreWeighted(t *testing.T) {
 
 	a, err := two.TryAcquire(ctx, time.Minute)
 	require.NoError(t, err)
-	assert.Equal(t, 2, a.Weight())
 	c.settle(t)
 	for i, ms := range c.rawMembers("w") {
 		assert.Equal(t, []string{"2:" + a.Value()}, ms, "node %d", i)
@@ -263,12 +262,12 @@ func TestSemaphoreWeighted(t *testing.T) {
 	_, err = one.TryAcquire(ctx, time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained, "2+1+1 > 3")
 
-	require.NoError(t, a.Release(ctx))
+	require.NoError(t, a.Unlock(ctx))
 	c.settle(t)
 	d, err := two.TryAcquire(ctx, time.Minute)
 	require.NoError(t, err, "1+2 = 3 once the first weight 2 is released")
-	require.NoError(t, d.Release(ctx))
-	require.NoError(t, b.Release(ctx))
+	require.NoError(t, d.Unlock(ctx))
+	require.NoError(t, b.Unlock(ctx))
 	c.settle(t)
 
 	// A token already in the set under weight 1 is refused under weight 2.
@@ -280,7 +279,7 @@ func TestSemaphoreWeighted(t *testing.T) {
 	_, err = mustSemaphore(t, repeating, "w", 3, redlock.WithWeight(2)).TryAcquire(ctx, time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	assert.Contains(t, err.Error(), "already a holder's")
-	require.NoError(t, dup.Release(ctx))
+	require.NoError(t, dup.Unlock(ctx))
 	c.settle(t)
 
 	// A member without a weight (another client's, or an older one's)
@@ -292,14 +291,11 @@ func TestSemaphoreWeighted(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotObtained, "1+1+2 > 3")
 	e, err := one.TryAcquire(ctx, time.Minute)
 	require.NoError(t, err, "1+1+1 = 3")
-	require.NoError(t, e.Release(ctx))
+	require.NoError(t, e.Unlock(ctx))
 
-	// Weight on the nil and zero values.
+	// Weight on the nil value.
 	var nilSem *redlock.Semaphore
-	var nilPermit *redlock.Permit
 	assert.Zero(t, nilSem.Weight())
-	assert.Zero(t, nilPermit.Weight())
-	assert.Zero(t, new(redlock.Permit).Weight())
 }
 
 // K permits are granted and the next is refused; a release frees one; and
@@ -310,7 +306,7 @@ func TestSemaphoreAdmitsK(t *testing.T) {
 			c := newCluster(t, tc.n)
 			s := mustSemaphore(t, c.client(t), "pool", tc.k)
 			ctx := context.Background()
-			var held []*redlock.Permit
+			var held []*redlock.Lock
 			for range tc.k {
 				p, err := s.TryAcquire(ctx, time.Minute)
 				require.NoError(t, err)
@@ -329,13 +325,13 @@ func TestSemaphoreAdmitsK(t *testing.T) {
 				assert.Equal(t, want, ms, "node %d holds exactly the K holders' tokens", i)
 			}
 
-			require.NoError(t, held[0].Release(ctx))
+			require.NoError(t, held[0].Unlock(ctx))
 			c.settle(t)
 			assert.Zero(t, c.holding("pool", held[0].Value()), "a released token is on no node")
 			p, err := s.TryAcquire(ctx, time.Minute)
 			require.NoError(t, err, "a released permit is free again")
 			for _, p := range append(held[1:], p) {
-				require.NoError(t, p.Release(ctx))
+				require.NoError(t, p.Unlock(ctx))
 			}
 			c.settle(t)
 			for i, m := range c.nodes {
@@ -368,7 +364,7 @@ func TestSemaphoreEveryFullSubset(t *testing.T) {
 		if free >= s.Quorum() {
 			require.NoError(t, err, "mask %05b", mask)
 			assert.Equal(t, free, c.holding(key, p.Value()), "mask %05b: every node with room admitted the token", mask)
-			require.NoError(t, p.Release(ctx))
+			require.NoError(t, p.Unlock(ctx))
 			c.settle(t)
 		} else {
 			require.ErrorIs(t, err, redlock.ErrNotObtained, "mask %05b", mask)
@@ -447,7 +443,7 @@ func TestSemaphoreEveryFailingSubset(t *testing.T) {
 					require.ErrorIs(t, err, redlock.ErrNotObtained, "Extend, mask %05b", mask)
 					assert.NotErrorIs(t, err, redlock.ErrLockLost, "failures prove no loss")
 				}
-				err = p.Release(ctx)
+				err = p.Unlock(ctx)
 				c.settle(t)
 				heal()
 				if working >= 4 {
@@ -455,7 +451,7 @@ func TestSemaphoreEveryFailingSubset(t *testing.T) {
 				} else {
 					require.Error(t, err, "Release, mask %05b", mask)
 					assert.NotErrorIs(t, err, redlock.ErrLockLost, "failures prove no loss")
-					require.NoError(t, p.Release(ctx), "a retry on healed nodes")
+					require.NoError(t, p.Unlock(ctx), "a retry on healed nodes")
 				}
 				c.settle(t)
 				if kind != errorReply && kind != failing {
@@ -499,7 +495,7 @@ func TestSemaphoreNonHolder(t *testing.T) {
 	err = b.Extend(ctx, time.Hour)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	require.ErrorIs(t, err, redlock.ErrLockLost)
-	err = b.Release(ctx)
+	err = b.Unlock(ctx)
 	require.ErrorIs(t, err, redlock.ErrLockLost)
 	c.settle(t)
 	assert.Equal(t, before, scores(a.Value()), "the holder's token is untouched")
@@ -507,9 +503,9 @@ func TestSemaphoreNonHolder(t *testing.T) {
 	assert.Zero(t, c.holding("s", b.Value()), "Extend revived a token that was gone")
 
 	// A released permit is no longer held: it cannot be extended.
-	require.NoError(t, a.Release(ctx))
+	require.NoError(t, a.Unlock(ctx))
 	require.ErrorIs(t, a.Extend(ctx, time.Minute), redlock.ErrReleased)
-	require.ErrorIs(t, a.Release(ctx), redlock.ErrReleased, "a second Release")
+	require.ErrorIs(t, a.Unlock(ctx), redlock.ErrReleased, "a second Release")
 }
 
 // Extend never shortens a token's expiry, lengthens it when asked for more,
@@ -541,7 +537,7 @@ func TestSemaphoreExtendNeverShortens(t *testing.T) {
 		assert.WithinDuration(t, time.Now().Add(time.Hour), score(i), 5*time.Second, "node %d", i)
 		assert.InDelta(t, time.Hour.Seconds(), c.nodes[i].TTL(redlock.SemaphoreKey("s")).Seconds(), 5, "node %d: the set's ttl follows its latest score", i)
 	}
-	require.NoError(t, p.Release(ctx))
+	require.NoError(t, p.Unlock(ctx))
 }
 
 // Expiry is judged by each node's clock inside the scripts: once the nodes'
@@ -581,7 +577,7 @@ func TestSemaphoreExpiredMembersRemoved(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, redlock.ErrExpired) || errors.Is(err, redlock.ErrNotObtained), "%v", err)
 	assert.Zero(t, c.holding("s", a.Value()), "Extend revived an expired token")
-	require.NoError(t, p.Release(ctx))
+	require.NoError(t, p.Unlock(ctx))
 }
 
 // Acquire waits for a permit to come free.
@@ -595,7 +591,7 @@ func TestSemaphoreAcquireWaits(t *testing.T) {
 	go func() {
 		p, err := s.Acquire(ctx, time.Minute)
 		if err == nil {
-			err = p.Release(ctx)
+			err = p.Unlock(ctx)
 		}
 		got <- err
 	}()
@@ -604,7 +600,7 @@ func TestSemaphoreAcquireWaits(t *testing.T) {
 		t.Fatalf("Acquire returned %v while the only permit was held", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	require.NoError(t, held.Release(ctx))
+	require.NoError(t, held.Unlock(ctx))
 	select {
 	case err := <-got:
 		require.NoError(t, err)
@@ -620,7 +616,7 @@ func TestSemaphoreAcquireWaits(t *testing.T) {
 	_, err = s.Acquire(short, time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.NoError(t, held.Release(ctx))
+	require.NoError(t, held.Unlock(ctx))
 }
 
 // Done closes when the permit's validity ends, not before, and at once on
@@ -638,12 +634,12 @@ func TestSemaphorePermitDone(t *testing.T) {
 		t.Fatal("Done not closed within 2s of a 200ms permit")
 	}
 	assert.Less(t, time.Since(p.Until()), 500*time.Millisecond, "Done closed long after Until")
-	require.ErrorIs(t, p.Release(ctx), redlock.ErrExpired, "a permit released after its validity")
+	require.ErrorIs(t, p.Unlock(ctx), redlock.ErrExpired, "a permit released after its validity")
 
 	p, err = s.TryAcquire(ctx, time.Minute)
 	require.NoError(t, err)
 	done := p.Done()
-	require.NoError(t, p.Release(ctx))
+	require.NoError(t, p.Unlock(ctx))
 	select {
 	case <-done:
 	default:
@@ -661,9 +657,9 @@ func TestSemaphoreDoHolds(t *testing.T) {
 	// extension is due ttl/3 after the last.
 	const ttl = 600 * time.Millisecond
 	var during int
-	var held *redlock.Permit
+	var held *redlock.Lock
 	err := s.Do(context.Background(), ttl, func(ctx context.Context) error {
-		held = redlock.HeldPermit(ctx)
+		held = redlock.HeldLock(ctx)
 		if held == nil || !time.Now().Before(held.Until()) {
 			return errors.New("no valid permit in fn's context")
 		}
@@ -681,7 +677,7 @@ func TestSemaphoreDoHolds(t *testing.T) {
 	require.EqualError(t, err, "fn's own error")
 	assert.Equal(t, 5, during, "the permit's token was on every node while fn ran")
 	assert.True(t, held.Until().IsZero(), "released after Do")
-	assert.Nil(t, redlock.HeldPermit(context.Background()))
+	assert.Nil(t, redlock.HeldLock(context.Background()))
 	c.settle(t)
 	for i, ms := range c.members("s") {
 		assert.Empty(t, ms, "node %d after Do", i)
@@ -723,7 +719,7 @@ func TestSemaphoreDoCancelsOnLoss(t *testing.T) {
 	err = full.Do(context.Background(), time.Minute, func(context.Context) error { ran = true; return nil })
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	assert.False(t, ran)
-	require.NoError(t, p.Release(context.Background()))
+	require.NoError(t, p.Unlock(context.Background()))
 }
 
 // Release right after Acquire, before the goroutine that sends one node's
@@ -737,7 +733,7 @@ func TestSemaphoreReleaseBeforeAdmissionIsSent(t *testing.T) {
 	ctx := context.Background()
 	warm, err := s.TryAcquire(ctx, time.Minute) // caches the scripts
 	require.NoError(t, err)
-	require.NoError(t, warm.Release(ctx))
+	require.NoError(t, warm.Unlock(ctx))
 	c.settle(t)
 
 	ran := make(chan string, 10)
@@ -747,7 +743,7 @@ func TestSemaphoreReleaseBeforeAdmissionIsSent(t *testing.T) {
 	p, err := s.TryAcquire(ctx, time.Minute)
 	require.NoError(t, err)
 	undo() // Release's goroutine for node 4 runs at once
-	require.NoError(t, p.Release(ctx))
+	require.NoError(t, p.Unlock(ctx))
 	require.Equal(t, "EVALSHA", <-ran, "the removal ran on node 4 first")
 	close(held) // now node 4's admission goes out, after the removal
 	c.settle(t)
@@ -789,7 +785,7 @@ func TestSemaphoreObserverSeesNodes(t *testing.T) {
 	c.settle(t)
 	require.NoError(t, p.Extend(ctx, time.Minute))
 	c.settle(t)
-	require.NoError(t, p.Release(ctx))
+	require.NoError(t, p.Unlock(ctx))
 	c.settle(t)
 	ids := map[observe.Op]map[uint64]int{}
 	for _, e := range rec.kinds(observe.KindNode) {
@@ -825,7 +821,7 @@ func TestSemaphoreObserverSeesNodes(t *testing.T) {
 	failed := rec.kinds(observe.KindNotAcquired)
 	require.Len(t, failed, 1)
 	assert.ErrorIs(t, failed[0].Err, redlock.ErrNotObtained)
-	require.NoError(t, held.Release(ctx))
+	require.NoError(t, held.Unlock(ctx))
 }
 
 // Weighted permits on 1, 3 and 5 nodes, with an ended ctx, and on a closed
@@ -843,11 +839,11 @@ func TestSemaphoreWeightedNodesAndEnds(t *testing.T) {
 			require.NoError(t, err)
 			_, err = one.TryAcquire(ctx, time.Minute)
 			require.ErrorIs(t, err, redlock.ErrNotObtained, "weight 3 fills K=3")
-			require.NoError(t, p.Release(ctx))
+			require.NoError(t, p.Unlock(ctx))
 			c.settle(t)
 			p, err = one.TryAcquire(ctx, time.Minute)
 			require.NoError(t, err, "free again")
-			require.NoError(t, p.Release(ctx))
+			require.NoError(t, p.Unlock(ctx))
 
 			ended, cancel := context.WithCancel(ctx)
 			cancel()

@@ -235,7 +235,7 @@ func runSemSchedule(t *testing.T, cfg semSimConfig) semSimRun {
 				wg.Go(func() {
 					defer running.Add(-1)
 					for range cfg.cycles {
-						var p *Permit
+						var p *Lock
 						var err error
 						try := rng.IntN(3) == 0
 						if call(rng, id, "Acquire", func(ctx context.Context) error {
@@ -268,8 +268,8 @@ func runSemSchedule(t *testing.T, cfg semSimConfig) semSimRun {
 							extend()
 						}
 						setEnd(idx, time.Now())
-						if call(rng, id, "Release", p.Release, ErrExpired, ErrLockLost, errNotReleased) != nil {
-							_ = p.Release(context.Background())
+						if call(rng, id, "Release", p.Unlock, ErrExpired, ErrLockLost, errNotReleased) != nil {
+							_ = p.Unlock(context.Background())
 						}
 					}
 				})
