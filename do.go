@@ -248,10 +248,13 @@ func lostCause(why string, last error) error {
 type heldKey struct{}
 
 // HeldLock returns the lock that Do holds while it runs fn with ctx, or nil if
-// ctx does not come from Do. fn may read its Until before a step that needs
+// ctx does not come from Do (or is nil). fn may read its Until before a step that needs
 // exclusion, its Value, or its fencing Token (with WithFencing) to send with
 // each write; it must not Unlock or Extend it, which Do does.
 func HeldLock(ctx context.Context) *Lock {
+	if ctx == nil {
+		return nil
+	}
 	l, _ := ctx.Value(heldKey{}).(*Lock)
 	return l
 }

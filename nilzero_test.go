@@ -140,6 +140,23 @@ func TestNilAndZeroReceiversByReflection(t *testing.T) {
 	}
 	t.Logf("%d calls", calls)
 
+	// The package's functions that take a ctx, given a nil one.
+	var nilCtx context.Context
+	for name, f := range map[string]func(){
+		"HeldLock":   func() { _ = redlock.HeldLock(nilCtx) },
+		"HeldPermit": func() { _ = redlock.HeldPermit(nilCtx) },
+		"fence.Set":  func() { _ = fence.Set(nilCtx, nil, "k", 1, "v") },
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s(nil ctx) panics: %v", name, p)
+				}
+			}()
+			f()
+		}()
+	}
+
 	// A redigo.Pool without its *redis.Pool is refused at construction.
 	if _, err := redlock.New([]redlock.Pool{&redigo.Pool{Addr: "127.0.0.1:1"}}); !errors.Is(err, redlock.ErrInvalid) {
 		t.Errorf("New with a redigo.Pool that has no *redis.Pool = %v, want ErrInvalid", err)

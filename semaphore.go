@@ -332,10 +332,13 @@ func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 type heldPermitKey struct{}
 
 // HeldPermit returns the permit that Semaphore.Do holds while it runs fn
-// with ctx, or nil if ctx does not come from Semaphore.Do. fn may read its
+// with ctx, or nil if ctx does not come from Semaphore.Do (or is nil). fn may read its
 // Until before a step that needs the bound; it must not Extend or Release
 // it, which Do does.
 func HeldPermit(ctx context.Context) *Permit {
+	if ctx == nil {
+		return nil
+	}
 	p, _ := ctx.Value(heldPermitKey{}).(*Permit)
 	return p
 }
