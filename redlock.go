@@ -927,8 +927,8 @@ func (l *Lock) verdict(won bool, t tally, masks *nodeMasks, until, old time.Time
 // max-register: never lowered).
 //
 // It sends in parallel and waits for the answers until the node deadline
-// of ctx: one node timeout, or ctx's deadline if sooner; it sends nothing
-// once ctx has ended. A re-seed that an Unlock overtakes would leave the
+// of ctx: one node timeout, or ctx's deadline if sooner, or until ctx is
+// cancelled; it sends nothing once ctx has ended. A re-seed that an Unlock overtakes would leave the
 // released token on the node for a whole ttl, so each node's re-seed, once
 // it returns, is undone by a release of its own if the lock has been let
 // go meanwhile (the rule of round.overtaken): that release follows the SET
@@ -979,6 +979,8 @@ func (l *Lock) reseed(ctx context.Context, args *cmdArgs, until time.Time, absen
 		select {
 		case <-done:
 		case <-opCtx.Done():
+			return
+		case <-ctx.Done(): // the caller stopped waiting (Resign, Do's fn returned): the SETs go on
 			return
 		}
 	}
