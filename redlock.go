@@ -143,11 +143,15 @@ func WithTokenFunc(f func() (string, error)) Option {
 	return func(c *Client) { c.newToken, c.ownTokens = f, true }
 }
 
-// WithKeyPrefix puts prefix before every key this Client keeps on the
-// nodes: lock keys, and the names derived from them (fencing counters, the
-// keys of RWMutex, Semaphore and Election), and before the release channel, "redlock:released". Keys
-// given to the API, and reported by Lock.Key and to an observe.Observer, stay
-// without it. Clients that share locks must use the same prefix. A prefix
+// WithKeyPrefix puts prefix before every key given to this Client, on the
+// nodes: a mutex's or an election's key is prefix+key, and the names derived
+// from a key (fencing counters, the keys of RWMutex and Semaphore, the
+// election's leader record) are made from prefix+key, which they hold
+// inside their own name: "redlock:fence:{app:key}" for prefix "app:" (so a
+// Redis ACL key pattern must allow "redlock:*" too). The release channel,
+// "redlock:released", becomes prefix+"redlock:released". Keys given to the
+// API, and reported by Lock.Key and to an observe.Observer, stay without
+// it. Clients that share locks must use the same prefix. A prefix
 // with a hash tag ("{app}:") puts all of the Client's keys in one Redis
 // Cluster slot. The default is none.
 func WithKeyPrefix(prefix string) Option {
