@@ -249,10 +249,13 @@ type heldKey struct{}
 
 // HeldLock returns the lock that Do (Client.Do, RWMutex.Do and RDo,
 // Semaphore.Do: its permit) holds while it runs fn with ctx, or nil if ctx
-// does not come from one of them. fn may read its Until before a step that needs
+// does not come from one of them (or is nil). fn may read its Until before a step that needs
 // exclusion, its Value, or its fencing Token (with WithFencing) to send with
 // each write; it must not Unlock or Extend it, which Do does.
 func HeldLock(ctx context.Context) *Lock {
+	if ctx == nil {
+		return nil
+	}
 	l, _ := ctx.Value(heldKey{}).(*Lock)
 	return l
 }

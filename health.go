@@ -107,8 +107,9 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 // Close closes the Client and ends what runs on it:
 //   - calls that wait (Lock, the RWMutex's and the Semaphore's acquisitions,
 //     Campaign) return at once, with an error wrapping ErrClosed and the
-//     last attempt's causes; an attempt in flight ends by its node
-//     deadline, and if it wins, what it acquired is released;
+//     last attempt's causes (an RWMutex's waiter once it has removed its
+//     wait mark, within a node timeout); an attempt in flight ends by its
+//     node deadline, and if it wins, what it acquired is released;
 //   - leaderships resign (their Done closes, Err wraps ErrClosed and
 //     ErrLockLost) and Do loops stop extending, cancel fn's context with
 //     that cause and release their lock or permit, all at once;

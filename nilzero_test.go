@@ -139,8 +139,89 @@ func TestNilAndZeroReceiversByReflection(t *testing.T) {
 	}
 	t.Logf("%d calls", calls)
 
+	// The package's functions that take a ctx, given a nil one.
+	var nilCtx context.Context
+	for name, f := range map[string]func(){
+		"HeldLock":  func() { _ = redlock.HeldLock(nilCtx) },
+		"fence.Set": func() { _ = fence.Set(nilCtx, nil, "k", 1, "v") },
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s(nil ctx) panics: %v", name, p)
+				}
+			}()
+			f()
+		}()
+	}
+
 	// A redigo.Pool without its *redis.Pool is refused at construction.
 	if _, err := redlock.New([]redlock.Pool{&redigo.Pool{Addr: "127.0.0.1:1"}}); !errors.Is(err, redlock.ErrInvalid) {
 		t.Errorf("New with a redigo.Pool that has no *redis.Pool = %v, want ErrInvalid", err)
+	}
+}
+
+// Every exported method that takes a ctx, on live values, given a nil ctx:
+// no panic, and an error wrapping ErrInvalid, with nothing held after.
+func TestNilContextByReflection(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t)
+	ctx := context.Background()
+	l, err := client.TryLock(ctx, "nilctx:l", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := client.Semaphore("nilctx:s", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.TryAcquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := client.Election("nilctx:e")
+	ld, err := e.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ld.Resign(ctx) }()
+	ctxType := reflect.TypeFor[context.Context]()
+	errType := reflect.TypeFor[error]()
+	for _, r := range []any{client, l, p, s, client.RWMutex("nilctx:rw"), e, ld} {
+		v := reflect.ValueOf(r)
+		for i := range v.NumMethod() {
+			m := v.Method(i)
+			mt := m.Type()
+			if mt.NumIn() == 0 || mt.In(0) != ctxType {
+				continue
+			}
+			what := v.Type().String() + "." + v.Type().Method(i).Name
+			in := []reflect.Value{reflect.Zero(ctxType)}
+			for j := 1; j < mt.NumIn(); j++ {
+				switch typ := mt.In(j); {
+				case mt.IsVariadic() && j == mt.NumIn()-1:
+				case typ == reflect.TypeFor[time.Duration]():
+					in = append(in, reflect.ValueOf(time.Minute))
+				case typ == reflect.TypeFor[func(context.Context) error]():
+					in = append(in, reflect.ValueOf(func(context.Context) error { t.Errorf("%s ran fn", what); return nil }))
+				case typ.Kind() == reflect.String:
+					in = append(in, reflect.ValueOf("nilctx:x"))
+				default:
+					in = append(in, reflect.Zero(typ))
+				}
+			}
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						t.Errorf("%s(nil ctx) panics: %v", what, p)
+					}
+				}()
+				for _, o := range m.Call(in) {
+					if o.Type() == errType && !errors.Is(o.Interface().(error), redlock.ErrInvalid) {
+						t.Errorf("%s(nil ctx) = %v, want ErrInvalid", what, o.Interface())
+					}
+				}
+			}()
+		}
 	}
 }

@@ -143,11 +143,15 @@ func WithTokenFunc(f func() (string, error)) Option {
 	return func(c *Client) { c.newToken, c.ownTokens = f, true }
 }
 
-// WithKeyPrefix puts prefix before every key this Client keeps on the
-// nodes: lock keys, and the names derived from them (fencing counters, the
-// keys of RWMutex, Semaphore and Election), and before the release channel, "redlock:released". Keys
-// given to the API, and reported by Lock.Key and to an observe.Observer, stay
-// without it. Clients that share locks must use the same prefix. A prefix
+// WithKeyPrefix puts prefix before every key given to this Client, on the
+// nodes: a mutex's or an election's key is prefix+key, and the names derived
+// from a key (fencing counters, the keys of RWMutex and Semaphore, the
+// election's leader record) are made from prefix+key, which they hold
+// inside their own name: "redlock:fence:{app:key}" for prefix "app:" (so a
+// Redis ACL key pattern must allow "redlock:*" too). The release channel,
+// "redlock:released", becomes prefix+"redlock:released". Keys given to the
+// API, and reported by Lock.Key and to an observe.Observer, stay without
+// it. Clients that share locks must use the same prefix. A prefix
 // with a hash tag ("{app}:") puts all of the Client's keys in one Redis
 // Cluster slot. The default is none.
 func WithKeyPrefix(prefix string) Option {
@@ -929,8 +933,8 @@ func (l *Lock) verdict(won bool, t tally, masks *nodeMasks, until, old time.Time
 // max-register: never lowered).
 //
 // It sends in parallel and waits for the answers until the node deadline
-// of ctx: one node timeout, or ctx's deadline if sooner; it sends nothing
-// once ctx has ended. A re-seed that an Unlock overtakes would leave the
+// of ctx: one node timeout, or ctx's deadline if sooner, or until ctx is
+// cancelled; it sends nothing once ctx has ended. A re-seed that an Unlock overtakes would leave the
 // released token on the node for a whole ttl, so each node's re-seed, once
 // it returns, is undone by a release of its own if the lock has been let
 // go meanwhile (the rule of round.overtaken): that release follows the SET
@@ -981,6 +985,8 @@ func (l *Lock) reseed(ctx context.Context, args *cmdArgs, until time.Time, absen
 		select {
 		case <-done:
 		case <-opCtx.Done():
+			return
+		case <-ctx.Done(): // the caller stopped waiting (Resign, Do's fn returned): the SETs go on
 			return
 		}
 	}
