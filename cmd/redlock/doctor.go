@@ -71,7 +71,7 @@ func parseDoctor(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, doctorUsage)
-		fs.PrintDefaults()
+		printFlags(fs, stderr)
 	}
 	cf := addConnFlags(fs)
 	cfg := &doctorConfig{}

@@ -96,7 +96,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, runUsage)
-		fs.PrintDefaults()
+		printFlags(fs, stderr)
 	}
 	cf := addConnFlags(fs)
 	key := fs.String("key", "", "the lock's `key` (required)")

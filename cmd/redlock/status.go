@@ -68,7 +68,7 @@ func parseStatus(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, statusUsage)
-		fs.PrintDefaults()
+		printFlags(fs, stderr)
 	}
 	cf := addConnFlags(fs)
 	cfg := &statusConfig{}
