@@ -110,6 +110,21 @@ func run(o options) error {
 	if err := buildProxy(proxy, pub, o.version); err != nil {
 		return err
 	}
+	if !o.check {
+		// go.sum of each adapter gets the root's hashes at the version,
+		// which development under replace never needed; then the zips
+		// again, with those go.sum files.
+		changed, err := addSums(proxy, pub, o.version)
+		if err != nil {
+			return err
+		}
+		for _, c := range changed {
+			fmt.Printf("updated %s\n", c)
+		}
+		if err := buildProxy(proxy, pub, o.version); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("module proxy with %d modules at %s in %s\n", len(pub), o.version, proxy)
 
 	if err := checkConsumer(proxy, "", pub, o.version, o.floor, o.toolchain, []string{pub[0].path + "/cmd/redlock"}, os.Stdout); err != nil {
@@ -166,16 +181,32 @@ func apiCheck(proxy string, pub []modInfo, version, base string) error {
 	} else {
 		fmt.Printf("\nAPI check against %s\n", base)
 	}
+	// A module cache of its own, as for the consumers: a zip of an earlier
+	// check under the same version must not stand in for this one.
+	cache, err := os.MkdirTemp("", "redlock-modcache-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(cache)
+	env := append(proxyEnv(proxy, "", pub), "GOMODCACHE="+cache, "GOFLAGS=-mod=mod -modcacherw")
 	var failed []string
 	for _, m := range pub {
 		fmt.Printf("== gorelease %s\n", m.path)
+		// gorelease refuses a repository with uncommitted changes, which
+		// the go.mod updates are until the release commit; it checks the
+		// module as the proxy serves it instead, unpacked outside the
+		// repository.
+		dir, cleanup, err := unpack(proxy, m, version)
+		if err != nil {
+			return err
+		}
 		cmd := exec.Command("go", "run", "golang.org/x/exp/cmd/gorelease@"+goreleaseVersion, "-base="+base, "-version="+version)
-		cmd.Dir = m.dir
-		cmd.Env = proxyEnv(proxy, "", pub)
+		cmd.Dir, cmd.Env = dir, env
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			failed = append(failed, m.path)
 		}
+		cleanup()
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("gorelease found problems in %s", strings.Join(failed, ", "))

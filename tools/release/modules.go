@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/module"
+	"golang.org/x/mod/semver"
+	"golang.org/x/mod/sumdb/dirhash"
 	modzip "golang.org/x/mod/zip"
 )
 
@@ -377,4 +379,142 @@ func envValue(env []string, name string) string {
 
 func indent(b []byte) string {
 	return "    " + strings.ReplaceAll(strings.TrimRight(string(b), "\n"), "\n", "\n    ")
+}
+
+// zipPath is where buildProxy put m's zip.
+func zipPath(proxy string, m modInfo, version string) (string, error) {
+	esc, err := module.EscapePath(m.path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(proxy, filepath.FromSlash(esc), "@v", version+".zip"), nil
+}
+
+// unpack extracts m's zip from the proxy into a temporary directory and
+// returns the module's directory in it.
+func unpack(proxy string, m modInfo, version string) (string, func(), error) {
+	zp, err := zipPath(proxy, m, version)
+	if err != nil {
+		return "", nil, err
+	}
+	tmp, err := os.MkdirTemp("", "redlock-unpacked-")
+	if err != nil {
+		return "", nil, err
+	}
+	dir := filepath.Join(tmp, "m")
+	if err := modzip.Unzip(dir, module.Version{Path: m.path, Version: version}, zp); err != nil {
+		os.RemoveAll(tmp)
+		return "", nil, err
+	}
+	return dir, func() { os.RemoveAll(tmp) }, nil
+}
+
+// addSums writes into the go.sum of every published module the hashes of
+// the published modules it requires at version, as the proxy serves them,
+// and returns the go.sum files it changed.
+func addSums(proxy string, pub []modInfo, version string) ([]string, error) {
+	var changed []string
+	for _, m := range pub {
+		data, err := os.ReadFile(filepath.Join(m.dir, "go.mod"))
+		if err != nil {
+			return nil, err
+		}
+		f, err := modfile.ParseLax("go.mod", data, nil)
+		if err != nil {
+			return nil, err
+		}
+		var add []string
+		for _, r := range f.Require {
+			if !isPublished(pub, r.Mod.Path) || r.Mod.Version != version {
+				continue
+			}
+			var dep modInfo
+			for _, p := range pub {
+				if p.path == r.Mod.Path {
+					dep = p
+				}
+			}
+			zp, err := zipPath(proxy, dep, version)
+			if err != nil {
+				return nil, err
+			}
+			zh, err := dirhash.HashZip(zp, dirhash.Hash1)
+			if err != nil {
+				return nil, err
+			}
+			modFile := strings.TrimSuffix(zp, ".zip") + ".mod"
+			mh, err := dirhash.Hash1([]string{"go.mod"}, func(string) (io.ReadCloser, error) { return os.Open(modFile) })
+			if err != nil {
+				return nil, err
+			}
+			add = append(add, fmt.Sprintf("%s %s %s", dep.path, version, zh), fmt.Sprintf("%s %s/go.mod %s", dep.path, version, mh))
+		}
+		if len(add) == 0 {
+			continue
+		}
+		sumFile := filepath.Join(m.dir, "go.sum")
+		old, err := os.ReadFile(sumFile)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		lines := map[string]bool{}
+		for _, l := range strings.Split(strings.TrimSpace(string(old)), "\n") {
+			if l != "" {
+				lines[l] = true
+			}
+		}
+		// Hashes of an earlier run at this version, from other contents,
+		// give way to the new ones.
+		for l := range lines {
+			for _, a := range add {
+				fa := strings.Fields(a)
+				if fl := strings.Fields(l); len(fl) == 3 && fl[0] == fa[0] && fl[1] == fa[1] && fl[2] != fa[2] {
+					delete(lines, l)
+				}
+			}
+		}
+		dirty := false
+		for _, a := range add {
+			if !lines[a] {
+				lines[a], dirty = true, true
+			}
+		}
+		if !dirty {
+			continue
+		}
+		var out []string
+		for l := range lines {
+			out = append(out, l)
+		}
+		sortSums(out)
+		if err := os.WriteFile(sumFile, []byte(strings.Join(out, "\n")+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		changed = append(changed, filepath.Join(m.rel, "go.sum"))
+	}
+	return changed, nil
+}
+
+// sortSums orders go.sum lines as the go command writes them: by module
+// path, then by semantic version, a version's hash before its go.mod's.
+func sortSums(lines []string) {
+	key := func(l string) (path, version string, mod bool) {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			return l, "", false
+		}
+		version, mod = strings.CutSuffix(f[1], "/go.mod")
+		return f[0], version, mod
+	}
+	sort.SliceStable(lines, func(i, j int) bool {
+		pi, vi, mi := key(lines[i])
+		pj, vj, mj := key(lines[j])
+		if pi != pj {
+			return pi < pj
+		}
+		if c := semver.Compare(vi, vj); c != 0 {
+			return c < 0
+		}
+		return !mi && mj
+	})
 }

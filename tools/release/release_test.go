@@ -131,6 +131,33 @@ func TestSetRequirementsAndCheck(t *testing.T) {
 	if err := consumer(t, root, "v0.2.0"); err != nil {
 		t.Fatal(err)
 	}
+
+	// The adapter's go.sum gets the root's two hashes at v0.2.0, which
+	// gorelease wants and development under replace never wrote.
+	proxy := t.TempDir()
+	if err := buildProxy(proxy, pub, "v0.2.0"); err != nil {
+		t.Fatal(err)
+	}
+	changed, err = addSums(proxy, pub, "v0.2.0")
+	if err != nil || len(changed) != 1 {
+		t.Fatalf("addSums = %v, %v; want adapter/go.sum", changed, err)
+	}
+	sum, _ := os.ReadFile(filepath.Join(root, "adapter", "go.sum"))
+	if !strings.Contains(string(sum), "example.com/lib v0.2.0 h1:") || !strings.Contains(string(sum), "example.com/lib v0.2.0/go.mod h1:") {
+		t.Fatalf("adapter/go.sum lacks the root's hashes:\n%s", sum)
+	}
+	if again, _ := addSums(proxy, pub, "v0.2.0"); len(again) != 0 {
+		t.Errorf("a second addSums changed %v", again)
+	}
+}
+
+func TestSortSums(t *testing.T) {
+	lines := []string{"b v1.0.0 h1:x", "a v1.10.0/go.mod h1:y", "a v1.9.0 h1:z", "a v1.10.0 h1:w", "a v1.9.0/go.mod h1:v"}
+	sortSums(lines)
+	want := []string{"a v1.9.0 h1:z", "a v1.9.0/go.mod h1:v", "a v1.10.0 h1:w", "a v1.10.0/go.mod h1:y", "b v1.0.0 h1:x"}
+	if strings.Join(lines, "|") != strings.Join(want, "|") {
+		t.Errorf("sortSums = %q, want %q", lines, want)
+	}
 }
 
 // TestRepositoryRelease runs the consumer check on this repository as it
