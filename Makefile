@@ -111,3 +111,33 @@ pictures:
 	timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1100,440 \
 		--screenshot=$(PICTURE_PNG) file://$(CURDIR)/$(PICTURE) 2>/dev/null
 	$(GO) -C tools/benchplot run ./pngcheck -color '#3b6fc4' -min 500 $(PICTURE_PNG)
+
+# The Go floor (CHANGELOG.md, version policy): the root and the adapters
+# declare go 1.25.0, so make test also vets them and runs their -short
+# suites with the newest Go 1.25 release, which the go command fetches
+# through the module proxy: every test that -short keeps (unit, miniredis,
+# local redis-server, simulation, the command's tests), except the Docker
+# chaos scenarios and the soak (FLOOR_SKIP), which test the nodes' faults
+# rather than the toolchain and take minutes. The full suites, chaos
+# included, run with the current Go.
+GO_FLOOR ?= go1.25.14
+FLOOR_MODULES ?= . goredis otel rueidis valkeygo
+FLOOR_SKIP ?= ^(TestChaos|TestSoak)
+
+.PHONY: test-floor
+test: test-floor
+test-floor:
+	@set -e; for m in $(FLOOR_MODULES); do \
+		echo "== GOTOOLCHAIN=$(GO_FLOOR) go vet, go test -short $$m"; \
+		(cd $$m && GOTOOLCHAIN=$(GO_FLOOR) $(GO) vet ./... && GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -short -skip '$(FLOOR_SKIP)' -count=1 -timeout 10m ./...); \
+	done
+
+# make release VERSION=vX.Y.Z: sets every module's requirement of the root
+# to VERSION, checks that a fresh module outside the repository can go get
+# each published module at VERSION (from a local module proxy, with Go 1.25),
+# runs gorelease against the previous tag, and prints the tags to push.
+# tools/release/main.go has the steps; CHANGELOG.md the version policy.
+.PHONY: release
+release:
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z"; exit 64; }
+	$(GO) -C tools/release run . -version $(VERSION) -toolchain $(GO_FLOOR)

@@ -24,10 +24,10 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/prometheus/client_golang v1.21.1
-	github.com/quorumlock/redlock v0.0.0-00010101000000-000000000000
-	github.com/quorumlock/redlock/goredis v0.0.0-00010101000000-000000000000
-	github.com/quorumlock/redlock/rueidis v0.0.0-00010101000000-000000000000
-	github.com/quorumlock/redlock/valkeygo v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/redlock v0.1.0
+	github.com/quorumlock/redlock/goredis v0.1.0
+	github.com/quorumlock/redlock/rueidis v0.1.0
+	github.com/quorumlock/redlock/valkeygo v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/redis/rueidis/rueidiscompat v1.0.79

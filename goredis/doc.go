@@ -49,7 +49,7 @@
 //     connection, at the node timeout.
 //   - Without it, go-redis ignores context deadlines on the socket, in the
 //     connection handshake too, and waits ReadTimeout and WriteTimeout
-//     instead (5 seconds each by default in v9.23). The next batch to the
+//     instead (5 seconds each by default in v9.22). The next batch to the
 //     same member, on the same lane, waits behind it and fails at its own
 //     deadline. Set those timeouts to a small multiple of the node timeout
 //     if the client must keep ContextTimeoutEnabled off for other code.
@@ -65,6 +65,33 @@
 // goroutine rather than on one of its own, which halved the time of an
 // uncontended Lock+Unlock at N=1 in docs/benchmarks.md. Every other client
 // keeps the core's own bound.
+//
+// # A node that is down
+//
+// A member that refuses connections costs a Lock nothing while a majority
+// answers: its dial fails at once, and the core counts the others. Two
+// things still need settings, both shown in the package Example:
+//
+//   - The log. go-redis reports every failed dial through its package-wide
+//     logger ("redis: connection pool: failed to dial after 5 attempts"),
+//     one line per attempt of every operation on the member, dozens per
+//     second under load. redlock already reports each node's failure to its
+//     Observer (observe.Slog, the otel module), once per answer and with the
+//     node's name. redis.SetLogger(goredis.QuietLogger(log.Printf)) drops
+//     those dial lines and keeps the rest. The logger is process-wide and
+//     read without a lock: set it at the start of main, before any client.
+//   - The time to give up. With a majority down, Lock retries: WithTries
+//     (32) attempts, each at most the node timeout (50 ms), with
+//     WithRetryDelay (50 to 250 ms) between them: about 5 s measured, 9.6 s
+//     at most, before ErrNotObtained. Bound it with a ctx deadline or a
+//     smaller WithTries: tries × (node timeout + 250 ms) at most.
+//
+// Client options that keep a dead member cheap: DialerRetries: 1 (go-redis
+// otherwise dials 5 times, 100 ms apart, longer than the node timeout
+// anyway), DialTimeout and PoolTimeout near the node timeout (a TLS dial
+// and a wait for a pooled connection are not bounded by ctx otherwise), and
+// MaxRetries: -1 for the client's other users (the Pool already sends
+// redlock's commands without go-redis's retries).
 //
 // # Clients
 //

@@ -15,10 +15,18 @@ import (
 	"github.com/quorumlock/redlock/goredis"
 )
 
-// Lock over three masters through go-redis clients. The masters here are
-// in-process (miniredis); in production each client points at its own
-// independent Redis master.
+// Lock over three masters through go-redis clients, with the options that
+// keep a member that is down cheap (see "A node that is down" in the
+// package doc). The masters here are in-process (miniredis); in production
+// each client points at its own independent Redis master.
 func Example() {
+	// At the start of main, before any client exists (go-redis's logger is
+	// a global read without a lock), drop the line go-redis logs for every
+	// failed dial to a member that is down; redlock's Observer reports node
+	// failures instead:
+	//
+	//	redis.SetLogger(goredis.QuietLogger(log.Printf))
+
 	var pools []redlock.Pool
 	for range 3 {
 		m, err := miniredis.Run()
@@ -30,12 +38,20 @@ func Example() {
 			Addr: m.Addr(),
 			// Let the node timeout bound each socket read and write.
 			ContextTimeoutEnabled: true,
+			// One dial per attempt: go-redis's 5 dials, 100 ms apart,
+			// outlast the node timeout anyway.
+			DialerRetries: 1,
+			// Bound what ctx does not: a TLS dial, a wait for a connection.
+			DialTimeout: 250 * time.Millisecond,
+			PoolTimeout: 250 * time.Millisecond,
 		})
 		defer client.Close()
 		pools = append(pools, goredis.NewPool(client))
 	}
 
-	locker, err := redlock.New(pools)
+	// With a majority down, Lock gives up after 5 tries: at most
+	// 5 × (50 ms node timeout + 250 ms retry delay) = 1.5 s.
+	locker, err := redlock.New(pools, redlock.WithTries(5))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,13 +1,13 @@
 module github.com/quorumlock/redlock/goredis
 
-go 1.26.0
+go 1.25.0
 
 replace github.com/quorumlock/redlock => ../
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/quorumlock/redlock v0.0.0-00010101000000-000000000000
-	github.com/redis/go-redis/v9 v9.23.0
+	github.com/quorumlock/redlock v0.1.0
+	github.com/redis/go-redis/v9 v9.22.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -41,6 +41,6 @@ require (
 	github.com/xeipuuv/gojsonschema v1.2.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )

@@ -226,3 +226,26 @@ func isReply(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr)
 }
+
+// QuietLogger returns a logger for redis.SetLogger that drops go-redis's
+// connection pool dial failures ("failed to dial ..."), which a member that
+// is down produces on every attempt, and passes every other line to printf
+// (log.Printf, for one). redlock reports each node's failure to its
+// Observer instead (see "A node that is down" in the package doc). A nil
+// printf drops everything. redis.SetLogger is process-wide, and go-redis
+// reads the logger without a lock: call it at the start of main, before
+// any client exists.
+func QuietLogger(printf func(format string, v ...any)) interface {
+	Printf(ctx context.Context, format string, v ...any)
+} {
+	return quietLogger{printf}
+}
+
+type quietLogger struct{ printf func(format string, v ...any) }
+
+func (q quietLogger) Printf(_ context.Context, format string, v ...any) {
+	if q.printf == nil || strings.Contains(format, "failed to dial") {
+		return
+	}
+	q.printf(format, v...)
+}

@@ -29,6 +29,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// redis.SetLogger writes a global that every client's dials read, with
+	// no lock: it must be called before any client exists, as the package
+	// Example says. The tests that watch the log swap testLog's target.
+	redis.SetLogger(testLog)
 	goleak.VerifyTestMain(m)
 }
 

@@ -7,7 +7,7 @@ replace github.com/quorumlock/redlock => ../
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/gomodule/redigo v1.9.3
-	github.com/quorumlock/redlock v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/redlock v0.1.0
 	github.com/redis/rueidis v1.0.79
 	go.uber.org/goleak v1.3.0
 )

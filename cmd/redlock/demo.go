@@ -8,6 +8,7 @@ import (
 	"io"
 	mathrand "math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,7 +50,7 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, demoUsage)
-		fs.PrintDefaults()
+		printFlags(fs, stderr)
 	}
 	cfg := demoConfig{tick: 500 * time.Millisecond}
 	fs.IntVar(&cfg.nodes, "nodes", 5, "number of in-process Redis nodes (3 to 9)")
@@ -67,6 +68,13 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	if err := cfg.check(); err != nil {
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
 		return exitUsage
+	}
+	for _, o := range []struct{ flag, name string }{{"svg", *svgOut}, {"html", *htmlOut}} {
+		if err := checkWritable(o.name); err != nil {
+			// Before the run, not after it: the run takes --duration.
+			fmt.Fprintf(stderr, "redlock demo: --%s %s: %v\n", o.flag, o.name, err)
+			return exitUsage
+		}
 	}
 	cfg.record = *svgOut != "" || *htmlOut != ""
 	var text strings.Builder
@@ -92,18 +100,18 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 func (c demoConfig) check() error {
 	switch {
 	case c.nodes < 3 || c.nodes > 9:
-		return fmt.Errorf("-nodes %d: want 3 to 9", c.nodes)
+		return fmt.Errorf("--nodes %d: want 3 to 9", c.nodes)
 	case c.workers < 2 || c.workers > 16:
-		return fmt.Errorf("-workers %d: want 2 to 16", c.workers)
+		return fmt.Errorf("--workers %d: want 2 to 16", c.workers)
 	case c.ttl < 100*time.Millisecond:
-		return fmt.Errorf("-ttl %v: want at least 100ms", c.ttl)
+		return fmt.Errorf("--ttl %v: want at least 100ms", c.ttl)
 	case c.duration > 10*time.Minute:
-		return fmt.Errorf("-duration %v: want at most 10m", c.duration)
+		return fmt.Errorf("--duration %v: want at most 10m", c.duration)
 	}
 	// Killed nodes come back empty, so they must stay down longer than the
 	// ttl (docs/safety.md, delayed restart).
 	if s := c.script(); s.restore-s.kills[len(s.kills)-1] <= 2*c.ttl {
-		return fmt.Errorf("-duration %v is too short for -ttl %v: nodes must stay down over 2 ttls; try %v",
+		return fmt.Errorf("--duration %v is too short for --ttl %v: nodes must stay down over 2 ttls; try %v",
 			c.duration, c.ttl, 10*c.ttl+5*time.Second)
 	}
 	return nil
@@ -594,6 +602,27 @@ func (p *printer) say(format string, args ...any) { p.line("# "+format, args...)
 
 func (p *printer) event(format string, args ...any) {
 	p.line("%6.1fs  ** %s", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// checkWritable reports whether a file can be written at name, by making a
+// temporary one next to it; "" needs nothing. It leaves name untouched.
+func checkWritable(name string) error {
+	if name == "" {
+		return nil
+	}
+	if fi, err := os.Stat(name); err == nil && fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	dir := filepath.Dir(name)
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("no directory %s: %w", dir, errors.Unwrap(err))
+	}
+	f, err := os.CreateTemp(dir, ".redlock-demo-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", dir, errors.Unwrap(err))
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // writePictures writes the recorded timeline as an SVG picture and as an

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -24,12 +26,15 @@ const exitUnsound = 78
 const doctorUsage = `usage: redlock doctor [flags]
 
 Checks every node in --nodes against the assumptions that Redlock's
-guarantees rest on (docs/safety.md) and prints one line per finding: OK, WARN
-or FAIL, what was found and why it matters, and the fix.
+guarantees rest on (docs/safety.md) and prints one line per finding: OK,
+WARN, FAIL or UNKNOWN, what was found and why it matters, and the fix.
+UNKNOWN is a check the server would not let doctor make: a refused command
+(CONFIG on managed services, INFO) or a field missing from INFO. Doctor says
+why, what to verify by hand, and judges the rest.
 
-Exit codes: 0 no FAIL (WARNs, such as the security advice, do not count);
-64 bad usage; 78 at least one FAIL, including an unreachable node and a check
-that could not be made.
+Exit codes: 0 no FAIL (WARNs, such as the security advice, and UNKNOWNs do
+not count); 64 bad usage; 78 at least one FAIL, including an unreachable
+node and a check that failed for another reason than a refusal.
 
 The user needs +ping +info +time, and +config|get on nodes with appendonly
 yes (to read appendfsync); no key access.
@@ -49,6 +54,7 @@ type doctorConfig struct {
 	clockSample    time.Duration
 	nodeTimeout    time.Duration
 	quiet          bool
+	json           bool
 }
 
 // doctorMain parses doctor's flags, examines the nodes and prints the
@@ -71,7 +77,7 @@ func parseDoctor(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, doctorUsage)
-		fs.PrintDefaults()
+		printFlags(fs, stderr)
 	}
 	cf := addConnFlags(fs)
 	cfg := &doctorConfig{}
@@ -80,7 +86,8 @@ func parseDoctor(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Float64Var(&cfg.driftFactor, "drift-factor", 0.01, "the clients' drift factor (WithDriftFactor): the largest clock-rate difference they allow, in (0, 1)")
 	fs.DurationVar(&cfg.clockSample, "clock-sample", 1500*time.Millisecond, "how long to watch each node's clock (TIME) against this host's, 100ms to 1m; up to 4 times longer over slow round trips")
 	fs.DurationVar(&cfg.nodeTimeout, "node-timeout", time.Second, "bound on each command to a node, up to 1m")
-	fs.BoolVar(&cfg.quiet, "quiet", false, "print only WARN and FAIL findings, and the summary")
+	fs.BoolVar(&cfg.quiet, "quiet", false, "print only WARN, FAIL and UNKNOWN findings, and the summary")
+	fs.BoolVar(&cfg.json, "json", false, "print the findings and the summary as one JSON object")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -174,6 +181,8 @@ func examineNode(cfg *doctorConfig, p redlock.Pool, f *nodeFacts) {
 	var reply any
 	if reply, f.infoErr = call(p, cfg.nodeTimeout, "INFO"); f.infoErr == nil {
 		f.info, f.infoErr = parseInfo(reply)
+	} else if refused(f.infoErr) {
+		f.info, f.infoErr = infoBySection(p, cfg.nodeTimeout, f.infoErr)
 	}
 	if f.info["aof_enabled"] == "1" {
 		if reply, f.fsyncErr = call(p, cfg.nodeTimeout, "CONFIG", "GET", "appendfsync"); f.fsyncErr == nil {
@@ -181,6 +190,46 @@ func examineNode(cfg *doctorConfig, p redlock.Pool, f *nodeFacts) {
 		}
 	}
 	wg.Wait()
+}
+
+// infoSections are the INFO sections the checks read.
+var infoSections = []string{"server", "persistence", "memory", "replication"}
+
+// infoBySection asks for each section on its own, for a server that refuses
+// the whole of INFO but may allow parts of it. It returns what it got, or
+// whole, the first refusal, if it got nothing.
+func infoBySection(p redlock.Pool, timeout time.Duration, whole error) (map[string]string, error) {
+	info := map[string]string{}
+	got := false
+	for _, sec := range infoSections {
+		reply, err := call(p, timeout, "INFO", sec)
+		if err != nil {
+			continue
+		}
+		part, err := parseInfo(reply)
+		if err != nil {
+			continue
+		}
+		got = true
+		maps.Copy(info, part)
+	}
+	if !got {
+		return nil, whole
+	}
+	return info, nil
+}
+
+// refused reports whether err is the server declining a command: renamed
+// or disabled (unknown command), or not allowed to the user (NOPERM). It
+// is not a failure of the node, and the check that needed the command is
+// unknown, not failed.
+func refused(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "NOPERM") ||
+		strings.Contains(msg, "unknown subcommand") || strings.Contains(msg, "command not allowed")
 }
 
 // parseInfo reads INFO's "field:value" lines.
@@ -346,12 +395,13 @@ func isLoopback(addr string, timeout time.Duration) bool {
 type severity int
 
 const (
-	sevOK   severity = iota
-	sevWarn          // advice; the guarantees hold
-	sevFail          // an assumption of docs/safety.md does not hold, or could not be checked
+	sevOK      severity = iota
+	sevWarn             // advice; the guarantees hold
+	sevFail             // an assumption of docs/safety.md does not hold, or could not be checked
+	sevUnknown          // the server refused what the check needs: verify it by hand
 )
 
-func (s severity) String() string { return [...]string{"OK", "WARN", "FAIL"}[s] }
+func (s severity) String() string { return [...]string{"OK", "WARN", "FAIL", "UNKNOWN"}[s] }
 
 // A finding is one line of doctor's report.
 type finding struct {
@@ -385,7 +435,10 @@ func diagnose(cfg *doctorConfig, facts []nodeFacts) []finding {
 			continue
 		}
 		up++
-		if f.infoErr != nil {
+		if f.infoErr != nil && refused(f.infoErr) {
+			add(sevUnknown, n, "info", "version, persistence, eviction, role and identity unknown: the server refused INFO ("+nodeCause(f.infoErr, cfg.nodeTimeout)+")",
+				unknownFix(f.infoErr, "+info", "check in the provider's settings or console: Redis 7.0 or later, appendonly yes with appendfsync always, maxmemory-policy noeviction, no replica among the nodes, each node listed once"))
+		} else if f.infoErr != nil {
 			add(sevFail, n, "info", "could not check version, persistence, eviction, role or identity: INFO failed: "+nodeCause(f.infoErr, cfg.nodeTimeout),
 				permFix(f.infoErr, "+info"))
 		} else {
@@ -393,7 +446,10 @@ func diagnose(cfg *doctorConfig, facts []nodeFacts) []finding {
 			out = append(out, checkPersistence(cfg, f))
 			out = append(out, checkEviction(n, f.info))
 			out = append(out, checkRole(n, f.info, listed))
-			if id := f.info["run_id"]; id != "" {
+			if id := f.info["run_id"]; id == "" {
+				add(sevUnknown, n, "identity", "INFO gave no run_id, so doctor cannot tell whether another entry is the same server",
+					"make sure no server is listed twice under two names")
+			} else {
 				if first, ok := firstByRunID[id]; ok {
 					add(sevFail, n, "identity", fmt.Sprintf("is the same server as %s (run_id %s…): one server listed twice counts twice toward the majority", first, id[:min(8, len(id))]),
 						"list each server once, under one name")
@@ -449,6 +505,15 @@ func firstSentence(msg string) string {
 	return msg
 }
 
+// unknownFix is the fix for a check the server refused: the permission,
+// if the user lacks it, else what to verify by hand.
+func unknownFix(err error, perm, byHand string) string {
+	if strings.Contains(err.Error(), "NOPERM") {
+		return permFix(err, perm) + "; or " + byHand
+	}
+	return byHand
+}
+
 // permFix is the fix for a refused command: the ACL permissions it needs,
 // if the refusal was NOPERM.
 func permFix(err error, perm string) string {
@@ -466,6 +531,8 @@ func checkVersion(node string, info map[string]string) finding {
 	v := info["redis_version"]
 	major, minor, ok := parseVersion(v)
 	switch {
+	case v == "":
+		return finding{sevUnknown, node, "version", "INFO gave no redis_version", "check in the provider's settings that the nodes run Redis 7.0 or later"}
 	case !ok:
 		return finding{sevFail, node, "version", fmt.Sprintf("could not check version: INFO gave redis_version %q", v), "run Redis 7.0 or later"}
 	case major < minVersion[0] || major == minVersion[0] && minor < minVersion[1]:
@@ -493,8 +560,14 @@ func checkPersistence(cfg *doctorConfig, f nodeFacts) finding {
 	n := f.addr
 	var hazard string
 	switch {
+	case f.info["aof_enabled"] == "":
+		return finding{sevUnknown, n, "persistence", "INFO gave no aof_enabled",
+			fmt.Sprintf("check in the provider's settings that every write is fsynced (appendonly yes, appendfsync always), or that a crashed node stays down more than %v (--max-ttl)", cfg.maxTTL)}
 	case f.info["aof_enabled"] != "1":
 		hazard = "appendonly no: a restart loses every lock key (an RDB snapshot keeps only what it last saved)"
+	case refused(f.fsyncErr):
+		return finding{sevUnknown, n, "persistence", "appendonly yes, but appendfsync unknown: the server refused CONFIG GET (" + nodeCause(f.fsyncErr, cfg.nodeTimeout) + "), as managed services do",
+			unknownFix(f.fsyncErr, "+config|get", fmt.Sprintf("check in the provider's settings that appendfsync is always, or that a crashed node stays down more than %v (--max-ttl)", cfg.maxTTL))}
 	case f.fsyncErr != nil:
 		return finding{sevFail, n, "persistence", "appendonly yes, but could not check appendfsync: CONFIG GET failed: " + nodeCause(f.fsyncErr, cfg.nodeTimeout),
 			permFix(f.fsyncErr, "+config|get")}
@@ -536,7 +609,7 @@ func checkEviction(node string, info map[string]string) finding {
 	const fix = "CONFIG SET maxmemory-policy noeviction, and the same in redis.conf: a full node then refuses new locks (OOM) instead of dropping held ones"
 	switch {
 	case policy == "" || limit == "":
-		return finding{sevFail, node, "eviction", "could not check eviction: INFO gave no maxmemory or maxmemory_policy", "check the node by hand: " + fix}
+		return finding{sevUnknown, node, "eviction", "INFO gave no maxmemory or maxmemory_policy", "check in the provider's settings: maxmemory-policy noeviction, so that a full node refuses new locks (OOM) instead of dropping held ones"}
 	case limit == "0" && policy == "noeviction":
 		return finding{sevOK, node, "eviction", "maxmemory 0 (no limit) and noeviction: nothing is evicted", ""}
 	case limit == "0":
@@ -576,6 +649,8 @@ func checkRole(node string, info map[string]string, listed map[string]bool) find
 				"make sure no failover system manages this master, or drop its replicas"}
 		}
 		return finding{sevOK, node, "role", "master without replicas", ""}
+	case "":
+		return finding{sevUnknown, node, "role", "INFO gave no role", "make sure every node is an independent master, not a replica, and no failover system can promote one"}
 	default:
 		return finding{sevFail, node, "role", fmt.Sprintf("could not check role: INFO gave role %q", role), "list only independent masters"}
 	}
@@ -587,6 +662,10 @@ func checkRole(node string, info map[string]string, listed map[string]bool) find
 // safe.
 func checkClock(cfg *doctorConfig, f nodeFacts) finding {
 	n, df := f.addr, cfg.driftFactor
+	if refused(f.clockErr) {
+		return finding{sevUnknown, n, "clock", "the server refused TIME (" + nodeCause(f.clockErr, cfg.nodeTimeout) + ")",
+			unknownFix(f.clockErr, "+time", "make sure the node's clock is kept by NTP that slews, never steps")}
+	}
 	if f.clockErr != nil {
 		return finding{sevFail, n, "clock", "could not check the clock rate: TIME failed: " + nodeCause(f.clockErr, cfg.nodeTimeout), permFix(f.clockErr, "+time")}
 	}
@@ -646,14 +725,29 @@ func report(w io.Writer, cfg *doctorConfig, findings []finding) int {
 	for _, a := range cfg.nodes {
 		width = max(width, len(a))
 	}
-	fails, warns := 0, 0
+	var count [4]int
 	for _, f := range findings {
-		switch f.sev {
-		case sevFail:
-			fails++
-		case sevWarn:
-			warns++
-		}
+		count[f.sev]++
+	}
+	fails, warns, unknowns := count[sevFail], count[sevWarn], count[sevUnknown]
+	code := 0
+	if fails > 0 {
+		code = exitUnsound
+	}
+	var summary string
+	switch {
+	case fails > 0:
+		summary = fmt.Sprintf("redlock doctor: %d FAIL, %d WARN, %d UNKNOWN: the deployment does not meet the assumptions of docs/safety.md", fails, warns, unknowns)
+	case unknowns > 0:
+		summary = fmt.Sprintf("redlock doctor: 0 FAIL, %d WARN, %d UNKNOWN: the deployment meets the assumptions doctor could check; the server refused the UNKNOWN checks, so verify those by hand", warns, unknowns)
+	default:
+		summary = fmt.Sprintf("redlock doctor: 0 FAIL, %d WARN: the deployment meets the assumptions doctor can check (docs/cli.md lists those it cannot)", warns)
+	}
+	if cfg.json {
+		printDoctorJSON(w, cfg, findings, count, code, summary)
+		return code
+	}
+	for _, f := range findings {
 		if cfg.quiet && f.sev == sevOK {
 			continue
 		}
@@ -667,10 +761,41 @@ func report(w io.Writer, cfg *doctorConfig, findings []finding) int {
 		}
 		fmt.Fprintln(w, line)
 	}
-	if fails > 0 {
-		fmt.Fprintf(w, "redlock doctor: %d FAIL, %d WARN: the deployment does not meet the assumptions of docs/safety.md\n", fails, warns)
-		return exitUnsound
+	fmt.Fprintln(w, summary)
+	return code
+}
+
+// doctorJSON is what --json prints.
+type doctorJSON struct {
+	Findings []findingJSON `json:"findings"`
+	Fail     int           `json:"fail"`
+	Warn     int           `json:"warn"`
+	Unknown  int           `json:"unknown"`
+	Exit     int           `json:"exit"`
+	Summary  string        `json:"summary"`
+}
+
+type findingJSON struct {
+	Level string `json:"level"` // OK, WARN, FAIL, UNKNOWN
+	Node  string `json:"node"`  // the address, or "all"
+	Check string `json:"check"`
+	What  string `json:"what"`
+	Fix   string `json:"fix,omitempty"`
+}
+
+func printDoctorJSON(w io.Writer, cfg *doctorConfig, findings []finding, count [4]int, code int, summary string) {
+	out := doctorJSON{Findings: []findingJSON{}, Fail: count[sevFail], Warn: count[sevWarn], Unknown: count[sevUnknown], Exit: code, Summary: summary}
+	for _, f := range findings {
+		if cfg.quiet && f.sev == sevOK {
+			continue
+		}
+		node := f.node
+		if node == "" {
+			node = "all"
+		}
+		out.Findings = append(out.Findings, findingJSON{f.sev.String(), node, f.check, f.what, f.fix})
 	}
-	fmt.Fprintf(w, "redlock doctor: 0 FAIL, %d WARN: the deployment meets the assumptions doctor can check (docs/cli.md lists those it cannot)\n", warns)
-	return 0
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(out) // a write error to stdout has nowhere to go
 }

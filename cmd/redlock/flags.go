@@ -7,8 +7,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -205,4 +207,24 @@ func nodeCause(err error, timeout time.Duration) string {
 		err = ne.Err
 	}
 	return plain(err)
+}
+
+// printFlags prints fs's flags as docs/cli.md spells them, with two dashes
+// (the flag package accepts both; its PrintDefaults shows one).
+func printFlags(fs *flag.FlagSet, w io.Writer) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if def := f.DefValue; def != "" && def != "0" && def != "false" && def != "0s" {
+			if name == "string" || name == "value" || name == "" && def != "true" {
+				def = strconv.Quote(def)
+			}
+			line += fmt.Sprintf(" (default %s)", def)
+		}
+		fmt.Fprintln(w, line)
+	})
 }

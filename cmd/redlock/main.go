@@ -4,6 +4,7 @@
 //	redlock run --nodes host:port,... --key K [flags] -- CMD [ARGS...]
 //	redlock doctor --nodes host:port,... [flags]
 //	redlock status --nodes host:port,... --key K [flags]
+//	redlock --version
 //
 // demo starts in-process Redis nodes, lets workers contend for one lock
 // while a fault script kills and restores nodes, and prints a live timeline.
@@ -24,6 +25,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 )
 
 const usage = `usage:
@@ -31,6 +34,8 @@ const usage = `usage:
   redlock run [flags] -- CMD [ARGS...]       run CMD while holding a distributed lock
   redlock doctor [flags]                     check the nodes against Redlock's assumptions
   redlock status --key K [flags]             show who holds K on each node
+
+  redlock --version                          print the version this binary was built from
 
 Run "redlock COMMAND -h" for a command's flags. run, doctor and status take
 the nodes from --nodes or $REDLOCK_NODES, and a password from $REDLOCK_PASSWORD.
@@ -55,6 +60,9 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 		return doctorMain(args[1:], getenv, stdout, stderr)
 	case "status":
 		return statusMain(args[1:], getenv, stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, versionLine(debug.ReadBuildInfo()))
+		return 0
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -62,4 +70,48 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "redlock: unknown command %q\n%s", args[0], usage)
 		return exitUsage
 	}
+}
+
+// versionLine says which version of the module the binary was built from,
+// as the build info records it: the module version for a binary from
+// go install ...@v0.1.0, "(devel)" for one built in a checkout, with the
+// commit when the build recorded it.
+func versionLine(bi *debug.BuildInfo, ok bool) string {
+	if !ok {
+		return "redlock: no build information in this binary (" + runtime.Version() + ")"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", modified"
+			}
+		}
+	}
+	line := "redlock " + v
+	if rev != "" {
+		line += " (commit " + rev[:min(12, len(rev))] + modified + ")"
+	}
+	return line + ", " + bi.GoVersion + " " + goosArch(bi)
+}
+
+// goosArch is the platform the binary was built for.
+func goosArch(bi *debug.BuildInfo) string {
+	goos, goarch := runtime.GOOS, runtime.GOARCH
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "GOOS":
+			goos = s.Value
+		case "GOARCH":
+			goarch = s.Value
+		}
+	}
+	return goos + "/" + goarch
 }

@@ -10,11 +10,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 )
 
@@ -49,6 +51,10 @@ func TestMain(m *testing.M) {
 //	                        on SIGTERM
 //	stubborn PIDFILE        like sleep, but ignore SIGTERM
 //	env NAME                exit 9 if NAME is set, else 0
+//	dumpenv FILE ADDR       write the REDLOCK_* variables to FILE, then
+//	                        held=, the value of the key they name on ADDR
+//	slot DIR LOG HOLD       join DIR for HOLD, and append to LOG how many
+//	                        were in DIR at once, this one included
 func child(args []string) int {
 	if len(args) < 2 {
 		return 98
@@ -101,6 +107,46 @@ func child(args []string) int {
 		if _, ok := os.LookupEnv(args[1]); ok {
 			return 9
 		}
+		return 0
+	case "dumpenv":
+		var b strings.Builder
+		for _, kv := range os.Environ() {
+			if strings.HasPrefix(kv, "REDLOCK_") && !strings.HasPrefix(kv, "REDLOCK_TEST_") && !strings.HasPrefix(kv, "REDLOCK_REQUIRE_") {
+				fmt.Fprintln(&b, kv)
+			}
+		}
+		c, err := redis.Dial("tcp", args[2], redis.DialConnectTimeout(5*time.Second), redis.DialReadTimeout(5*time.Second))
+		if err != nil {
+			return 97
+		}
+		defer c.Close()
+		held, _ := redis.String(c.Do("GET", os.Getenv("REDLOCK_KEY_PREFIX")+os.Getenv("REDLOCK_KEY")))
+		fmt.Fprintf(&b, "held=%s\n", held)
+		if err := os.WriteFile(args[1], []byte(b.String()), 0o600); err != nil {
+			return 97
+		}
+		return 0
+	case "slot":
+		hold, err := time.ParseDuration(args[3])
+		if err != nil {
+			return 98
+		}
+		me := filepath.Join(args[1], strconv.Itoa(os.Getpid()))
+		if err := os.WriteFile(me, nil, 0o600); err != nil {
+			return 97
+		}
+		in, _ := os.ReadDir(args[1])
+		time.Sleep(hold)
+		in2, _ := os.ReadDir(args[1])
+		if err := os.Remove(me); err != nil {
+			return 97
+		}
+		f, err := os.OpenFile(args[2], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return 97
+		}
+		defer f.Close()
+		fmt.Fprintf(f, "%d\n", max(len(in), len(in2)))
 		return 0
 	}
 	return 98

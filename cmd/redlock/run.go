@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/observe"
 	"github.com/quorumlock/redlock/redigo"
 )
 
@@ -29,6 +31,7 @@ const (
 	exitUsage       = 64  // bad flags, arguments, environment or TLS files (EX_USAGE)
 	exitUnavailable = 69  // fewer than a majority of nodes answered PING (EX_UNAVAILABLE)
 	exitNotAcquired = 75  // the lock is held elsewhere, or --wait ran out (EX_TEMPFAIL)
+	exitConfig      = 78  // a node is a replica (READONLY), not a master: as doctor's exitUnsound (EX_CONFIG)
 	exitLockLost    = 80  // the lock was lost while CMD ran; CMD was stopped
 	exitCannotExec  = 126 // CMD was found but could not be started, as in sh
 	exitNotFound    = 127 // CMD was not found, as in sh
@@ -40,12 +43,20 @@ const preflightTimeout = 3 * time.Second
 const runUsage = `usage: redlock run [flags] -- CMD [ARGS...]
 
 Runs CMD while holding the lock on --key across the Redis masters in --nodes,
-extending it every ttl/3. If the lock is lost, CMD's process group gets
-SIGTERM, then SIGKILL after --grace, and redlock exits 80.
+extending it every ttl/3; with --permits N, while holding one of N permits of
+the semaphore on --key, so that at most N CMDs run at once. If the lock is
+lost, CMD's process group gets SIGTERM, then SIGKILL after --grace, and
+redlock exits 80.
+
+CMD's environment gets REDLOCK_KEY (--key, without --key-prefix),
+REDLOCK_KEY_PREFIX (with --key-prefix), REDLOCK_TOKEN (the lock's or the
+permit's random token), REDLOCK_FENCE (with --fencing: the fencing token,
+to send with each write) and REDLOCK_PERMITS (with --permits).
 
 Exit codes: CMD's own (128+N if a signal N ended it); 64 bad usage; 69 fewer
 than a majority of nodes reachable; 75 lock held elsewhere or --wait ran out;
-80 lock lost while CMD ran; 126/127 CMD could not be started / not found.
+78 a node is a replica, not a master (READONLY); 80 lock lost while CMD ran;
+126/127 CMD could not be started / not found.
 
 Environment: REDLOCK_NODES (default for --nodes), REDLOCK_PASSWORD (the
 password for --user, or for the default user; there is no password flag).
@@ -56,6 +67,9 @@ Flags:
 type runConfig struct {
 	nodes       []string
 	key         string
+	keyPrefix   string
+	fencing     bool
+	permits     int
 	ttl         time.Duration
 	wait        time.Duration
 	grace       time.Duration
@@ -82,10 +96,13 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, runUsage)
-		fs.PrintDefaults()
+		printFlags(fs, stderr)
 	}
 	cf := addConnFlags(fs)
 	key := fs.String("key", "", "the lock's `key` (required)")
+	keyPrefix := fs.String("key-prefix", "", "`prefix` of every key on the nodes, as the clients' WithKeyPrefix")
+	fencing := fs.Bool("fencing", false, "take a fencing token too (WithFencing) and pass it to CMD in REDLOCK_FENCE")
+	permits := fs.Int("permits", 0, "run CMD under one of `N` permits of a semaphore on --key: at most N at once (0: an exclusive lock)")
 	ttl := fs.Duration("ttl", 30*time.Second, "lock ttl; extended every ttl/3 while CMD runs")
 	wait := fs.Duration("wait", 0, "wait up to this long for the lock (0: fail at once if it is held)")
 	grace := fs.Duration("grace", 10*time.Second, "after a lost lock, time between SIGTERM and SIGKILL")
@@ -94,7 +111,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 		return nil, err
 	}
 
-	cfg := &runConfig{key: *key, ttl: *ttl, wait: *wait, grace: *grace, nodeTimeout: *nodeTimeout, argv: fs.Args()}
+	cfg := &runConfig{key: *key, keyPrefix: *keyPrefix, fencing: *fencing, permits: *permits, ttl: *ttl, wait: *wait, grace: *grace, nodeTimeout: *nodeTimeout, argv: fs.Args()}
 	var err error
 	if cfg.nodes, err = cf.nodeList(getenv); err != nil {
 		return nil, err
@@ -102,6 +119,10 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	switch {
 	case cfg.key == "":
 		return nil, errors.New("--key is required")
+	case cfg.permits < 0:
+		return nil, fmt.Errorf("--permits %d must not be negative", cfg.permits)
+	case cfg.permits > 0 && cfg.fencing:
+		return nil, errors.New("--fencing and --permits exclude each other: a semaphore's permits are shared by up to N holders, so they carry no fencing token (docs/semaphore.md)")
 	case cfg.ttl <= 0:
 		return nil, fmt.Errorf("--ttl %v must be positive", cfg.ttl)
 	case cfg.wait < 0:
@@ -147,42 +168,71 @@ func runLocked(cfg *runConfig, stderr io.Writer) int {
 	if cfg.wait > 0 {
 		tries = math.MaxInt32 // until --wait ends the attempt through ctx
 	}
-	client, err := redlock.New(pools, redlock.WithTries(tries), redlock.WithNodeTimeout(cfg.nodeTimeout))
+	g := newGate()
+	defer g.stop()
+	replicas := &replicaWatch{gate: g, maxBad: len(pools) - (len(pools)/2 + 1)}
+	opts := []redlock.Option{redlock.WithTries(tries), redlock.WithNodeTimeout(cfg.nodeTimeout), redlock.WithObserver(replicas)}
+	if cfg.keyPrefix != "" {
+		opts = append(opts, redlock.WithKeyPrefix(cfg.keyPrefix))
+	}
+	if cfg.fencing {
+		opts = append(opts, redlock.WithFencing())
+	}
+	client, err := redlock.New(pools, opts...)
 	if err != nil {
-		logf("%v", err)
+		logf("%s", plain(err))
 		return exitUsage
 	}
 	// Before the pools close: the releases Unlock left to finish on the
 	// slower nodes must land, or the key stays there for a whole ttl.
 	defer client.Close()
 
-	g := newGate()
-	defer g.stop()
+	var sem *redlock.Semaphore
+	if cfg.permits > 0 {
+		if sem, err = client.Semaphore(cfg.key, cfg.permits); err != nil {
+			logf("--permits %d on %d nodes: %s", cfg.permits, len(pools), plain(err))
+			return exitUsage
+		}
+	}
 	if cfg.wait > 0 {
 		timer := time.AfterFunc(cfg.wait, func() { g.abort(errWaitedOut) })
 		defer timer.Stop()
 	}
 
 	// On a terminal, --wait shows for how long it has waited and on whom.
+	// A semaphore's key is a sorted set the line cannot read.
 	stopWaiting := func() {}
-	if cfg.wait > 0 {
+	if cfg.wait > 0 && sem == nil {
 		stopWaiting = newWaitLine(stderr, cfg, pools).show(g.ctx)
 	}
 	defer stopWaiting()
 
 	var child *childResult
-	err = client.Do(g.ctx, cfg.key, cfg.ttl, func(ctx context.Context) error {
+	fn := func(ctx context.Context) error {
 		stopWaiting() // before CMD writes to the terminal
 		if !g.begin() {
 			return nil // aborted between acquiring and starting: nothing ran
 		}
-		child = runChild(ctx, cfg, g, logf)
+		child = runChild(ctx, cfg, g, heldEnv(ctx, cfg), logf)
 		return nil
-	})
+	}
+	if sem != nil {
+		err = sem.Do(g.ctx, cfg.ttl, fn)
+	} else {
+		err = client.Do(g.ctx, cfg.key, cfg.ttl, fn)
+	}
 	stopWaiting()
+	what := fmt.Sprintf("lock %q", cfg.key)
+	if sem != nil {
+		what = fmt.Sprintf("every one of the %d permits of %q", cfg.permits, cfg.key)
+	}
 	switch {
+	case child == nil && len(replicas.seen()) > 0 && g.signal() == nil:
+		logf("%s not acquired: node(s) %s answered READONLY: replicas, not masters; list only independent masters (redlock doctor checks them)",
+			what, strings.Join(replicas.seen(), ", "))
+		return exitConfig
 	case child == nil && g.aborted() == errWaitedOut:
-		logf("lock %q still held elsewhere after waiting %v", cfg.key, cfg.wait)
+		logf("%s still held elsewhere after waiting %v", what, cfg.wait)
 		return exitNotAcquired
 	case child == nil && g.signal() != nil:
 		return 128 + int(g.signal().(syscall.Signal))
@@ -192,7 +242,11 @@ func runLocked(cfg *runConfig, stderr io.Writer) int {
 		logf("%s", plain(err))
 		return exitUsage
 	case child == nil:
-		logf("lock %q not acquired: %s", cfg.key, plain(err))
+		if sem != nil {
+			logf("no permit of %q acquired: %s", cfg.key, plain(err))
+		} else {
+			logf("lock %q not acquired: %s", cfg.key, plain(err))
+		}
 		return exitNotAcquired
 	case child.startErr != nil:
 		logf("%v", child.startErr)
@@ -223,10 +277,10 @@ type childResult struct {
 // runChild starts CMD in its own process group, so that a stop reaches every
 // process it started, forwards redlock's signals to it, and stops it if ctx
 // ends: that is, if the lock is lost.
-func runChild(ctx context.Context, cfg *runConfig, g *gate, logf func(string, ...any)) *childResult {
+func runChild(ctx context.Context, cfg *runConfig, g *gate, held []string, logf func(string, ...any)) *childResult {
 	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), held...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return &childResult{startErr: err}
@@ -278,16 +332,87 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// The variables that tell CMD what redlock holds for it, as etcdctl lock
+// exports ETCD_LOCK_KEY and ETCD_LOCK_REV.
+const (
+	envKey       = "REDLOCK_KEY"        // --key, as given
+	envKeyPrefix = "REDLOCK_KEY_PREFIX" // --key-prefix, when given
+	envToken     = "REDLOCK_TOKEN"      // the lock's or permit's random token
+	envFence     = "REDLOCK_FENCE"      // the fencing token, with --fencing
+	envPermits   = "REDLOCK_PERMITS"    // --permits, when given
+)
+
+// heldEnv is what CMD learns of the lock or permit that Do holds with ctx.
+// The token is what releases the lock: CMD can use it to check or fence,
+// and redlock releases the lock when CMD ends in any case.
+func heldEnv(ctx context.Context, cfg *runConfig) []string {
+	env := []string{envKey + "=" + cfg.key}
+	if cfg.keyPrefix != "" {
+		env = append(env, envKeyPrefix+"="+cfg.keyPrefix)
+	}
+	if p := redlock.HeldPermit(ctx); p != nil {
+		return append(env, envToken+"="+p.Value(), envPermits+"="+strconv.Itoa(cfg.permits))
+	}
+	l := redlock.HeldLock(ctx)
+	env = append(env, envToken+"="+l.Value())
+	if cfg.fencing {
+		env = append(env, envFence+"="+strconv.FormatUint(l.Token(), 10))
+	}
+	return env
+}
+
 // childEnv is redlock's environment without the password, which CMD does not
-// need to see.
+// need to see, and without variables of an outer redlock run, which would
+// describe another lock.
 func childEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envPassword+"=") {
-			env = append(env, kv)
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case envPassword, envKey, envKeyPrefix, envToken, envFence, envPermits:
+			continue
 		}
+		env = append(env, kv)
 	}
 	return env
+}
+
+// A replicaWatch is run's observer. A node that answers READONLY is a
+// replica: a configuration error, not contention. Once so many nodes have
+// that no majority is left, waiting cannot help, so it ends the wait at
+// once; and an acquisition that fails after any READONLY exits 78, not 75.
+type replicaWatch struct {
+	gate    *gate
+	maxBad  int // N - quorum: more replicas than this leave no majority
+	mu      sync.Mutex
+	addrs   []string
+	tainted map[string]bool
+}
+
+func (w *replicaWatch) Observe(_ context.Context, e observe.Event) {
+	if e.Kind != observe.KindNode || e.Err == nil || !strings.Contains(e.Err.Error(), "READONLY") {
+		return
+	}
+	w.mu.Lock()
+	if w.tainted == nil {
+		w.tainted = map[string]bool{}
+	}
+	if !w.tainted[e.Addr] {
+		w.tainted[e.Addr] = true
+		w.addrs = append(w.addrs, e.Addr)
+	}
+	hopeless := len(w.addrs) > w.maxBad
+	w.mu.Unlock()
+	if hopeless {
+		w.gate.abort(errReplica)
+	}
+}
+
+// seen lists the nodes that answered READONLY.
+func (w *replicaWatch) seen() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.addrs...)
 }
 
 // preflight PINGs every node at once and reports each failure. It returns how
@@ -322,6 +447,7 @@ func preflight(pools []redlock.Pool, addrs []string, logf func(string, ...any)) 
 var (
 	errWaitedOut = errors.New("waited out")
 	errSignalled = errors.New("signalled")
+	errReplica   = errors.New("a node is a replica")
 )
 
 // A gate separates waiting for the lock from running CMD. While waiting, a

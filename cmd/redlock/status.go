@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -24,8 +26,13 @@ lock), the remaining ttl and the fencing counter; then the verdict: held by
 a majority, free, or split (some nodes hold a token, but no token is on a
 majority).
 
-Exit codes: 0 a verdict was reached, whatever it is; 64 bad usage; 69 too
-many nodes did not answer to tell whether a majority holds K.
+If K is the key of a semaphore, a read-write lock or an election's leader
+record rather than a lock, status says what it is. It also names the
+semaphore, read-write lock and election that use K as their name.
+
+Exit codes: 0 a verdict was reached, whatever it is (held, free, split, or
+not a lock key); 64 bad usage; 69 too many nodes did not answer to tell
+whether a majority holds K.
 
 The user needs +get +pttl on K and on redlock:fence:* keys (read access,
 e.g. %R~*).
@@ -40,8 +47,13 @@ type statusConfig struct {
 	nodes       []string
 	conn        *conn
 	key         string
+	keyPrefix   string
+	json        bool
 	nodeTimeout time.Duration
 }
+
+// redisKey is the key on the nodes: --key-prefix and --key.
+func (c *statusConfig) redisKey() string { return c.keyPrefix + c.key }
 
 // statusMain parses status's flags, reads K on every node and prints what
 // it found.
@@ -56,7 +68,14 @@ func statusMain(args []string, getenv func(string) string, stdout, stderr io.Wri
 	}
 	nodes := readStatus(cfg)
 	v := judge(nodes)
-	printStatus(stdout, cfg, nodes, v)
+	if cfg.json {
+		if err := printStatusJSON(stdout, cfg, nodes, v); err != nil {
+			fmt.Fprintf(stderr, "redlock status: %v\n", err)
+			return 1
+		}
+	} else {
+		printStatus(stdout, cfg, nodes, v)
+	}
 	if v.kind == verdictUnknown {
 		return exitUnavailable
 	}
@@ -68,11 +87,13 @@ func parseStatus(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, statusUsage)
-		fs.PrintDefaults()
+		printFlags(fs, stderr)
 	}
 	cf := addConnFlags(fs)
 	cfg := &statusConfig{}
 	fs.StringVar(&cfg.key, "key", "", "the lock's `key` (required)")
+	fs.StringVar(&cfg.keyPrefix, "key-prefix", "", "`prefix` of every key on the nodes, as the clients' WithKeyPrefix")
+	fs.BoolVar(&cfg.json, "json", false, "print one JSON object instead of the table")
 	fs.DurationVar(&cfg.nodeTimeout, "node-timeout", time.Second, "bound on each node's answer, up to 1m")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -95,8 +116,45 @@ func parseStatus(args []string, getenv func(string) string, stderr io.Writer) (*
 	return cfg, nil
 }
 
-// fenceKey names the fencing counter of a lock key, as the library does.
+// fenceKey names the fencing counter of a lock key (with its prefix), as
+// the library does.
 func fenceKey(key string) string { return keys.Fence(keys.DefaultFencePrefix, key) }
+
+// A relative is a key that another primitive keeps under the same name.
+type relative struct {
+	what string // "semaphore", ...
+	key  string
+}
+
+// relatives are the keys that a semaphore, a read-write lock and an
+// election named key keep, with the prefix.
+func relatives(key string) []relative {
+	w, r, _ := keys.RW(key)
+	return []relative{
+		{"semaphore", keys.Semaphore(key)},
+		{"read-write lock (writer)", w},
+		{"read-write lock (readers)", r},
+		{"election (leader record)", keys.Leader(key)},
+	}
+}
+
+// kindOf says what a key that is not a lock's string is, by its name and,
+// if known, its Redis type.
+func kindOf(key, typ string) string {
+	switch {
+	case strings.HasPrefix(key, "redlock:sem:"):
+		return "the sorted set of a semaphore's holders (Client.Semaphore, redlock run --permits); give its name to --key instead"
+	case strings.HasPrefix(key, "redlock:rw:"):
+		return "a key of a read-write lock (Client.RWMutex); give its name to --key instead"
+	case strings.HasPrefix(key, "redlock:leader:"):
+		return "an election's leader record (Client.Election); give its name to --key instead"
+	case strings.HasPrefix(key, keys.DefaultFencePrefix):
+		return "a fencing counter; give the lock's key to --key instead"
+	case typ != "":
+		return "a " + typ + ", not a lock's key (a lock's key is a string)"
+	}
+	return "not a string, so not a lock's key"
+}
 
 // keyStatus is one node's answer about the key.
 type keyStatus struct {
@@ -108,6 +166,8 @@ type keyStatus struct {
 	ttlErr error
 	fence  string // the fencing counter, "" if there is none
 	fenErr error
+	other  string // the key is not a string (WRONGTYPE): what it is
+	also   []bool // relatives(key)[i] exists on the node
 }
 
 // readStatus reads the key, its ttl and its fencing counter on every node at
@@ -129,16 +189,36 @@ func readKey(p *redigo.Pool, cfg *statusConfig) keyStatus {
 	s := keyStatus{addr: p.Addr}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.nodeTimeout)
 	defer cancel()
+	key := cfg.redisKey()
+	rel := relatives(key)
 	cmds := []driver.Command{
-		{Name: "GET", Args: []any{cfg.key}, NumKeys: 1},
-		{Name: "PTTL", Args: []any{cfg.key}, NumKeys: 1},
-		{Name: "GET", Args: []any{fenceKey(cfg.key)}, NumKeys: 1},
+		{Name: "GET", Args: []any{key}, NumKeys: 1},
+		{Name: "PTTL", Args: []any{key}, NumKeys: 1},
+		{Name: "GET", Args: []any{fenceKey(key)}, NumKeys: 1},
+	}
+	for _, r := range rel {
+		cmds = append(cmds, driver.Command{Name: "EXISTS", Args: []any{r.key}, NumKeys: 1})
 	}
 	replies := make([]driver.Reply, len(cmds))
 	if s.err = p.Exec(ctx, cmds, replies); s.err != nil {
 		return s
 	}
+	s.also = make([]bool, len(rel))
+	for i := range rel {
+		// Refused (no +exists) or odd: say nothing about that relative.
+		v, err := replyValue(replies[3+i])
+		n, _ := v.(int64)
+		s.also[i] = err == nil && n > 0
+	}
 	v, err := replyValue(replies[0])
+	if err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		typ := ""
+		if t, terr := call(p, cfg.nodeTimeout, "TYPE", key); terr == nil {
+			typ = asString(t)
+		}
+		s.other = kindOf(key, typ)
+		return s
+	}
 	if err != nil {
 		s.err = err
 		return s
@@ -178,6 +258,7 @@ const (
 	verdictHeld                       // one token is on a majority
 	verdictSplit                      // tokens on some nodes, none on a majority, even counting the silent nodes
 	verdictUnknown                    // too many nodes did not answer to tell
+	verdictNotLock                    // a majority answered that the key is not a string: not a lock's key
 )
 
 // A verdict is what the nodes' answers add up to.
@@ -188,6 +269,8 @@ type verdict struct {
 	holders int    // nodes that hold any token
 	tokens  int    // distinct tokens seen
 	silent  int    // nodes whose state is unknown
+	others  int    // nodes where the key is not a string
+	other   string // what it is there
 	quorum  int
 	n       int
 }
@@ -204,6 +287,9 @@ func judge(nodes []keyStatus) verdict {
 		switch {
 		case s.err != nil:
 			v.silent++
+		case s.other != "":
+			v.others++
+			v.other = s.other
 		case s.held:
 			v.holders++
 			counts[s.token]++
@@ -216,6 +302,8 @@ func judge(nodes []keyStatus) verdict {
 	switch {
 	case v.count >= v.quorum:
 		v.kind = verdictHeld
+	case v.others >= v.quorum:
+		v.kind = verdictNotLock
 	case v.count+v.silent >= v.quorum:
 		v.kind = verdictUnknown
 	case v.holders == 0:
@@ -240,12 +328,16 @@ func tokenPrefix(token string) string {
 }
 
 func printStatus(w io.Writer, cfg *statusConfig, nodes []keyStatus, v verdict) {
-	fmt.Fprintf(w, "redlock status: key %q (fencing counter %q) on %d nodes, quorum %d\n", cfg.key, fenceKey(cfg.key), v.n, v.quorum)
+	fmt.Fprintf(w, "redlock status: key %q (fencing counter %q) on %d nodes, quorum %d\n", cfg.redisKey(), fenceKey(cfg.redisKey()), v.n, v.quorum)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, s := range nodes {
 		if s.err != nil {
 			// Untabbed, the cause does not widen the token column.
 			fmt.Fprintf(tw, "%s\tunknown\t%s\n", s.addr, nodeCause(s.err, cfg.nodeTimeout))
+			continue
+		}
+		if s.other != "" {
+			fmt.Fprintf(tw, "%s\tnot a lock\t%s\n", s.addr, s.other)
 			continue
 		}
 		state, token, ttl := "free", "", ""
@@ -272,7 +364,33 @@ func printStatus(w io.Writer, cfg *statusConfig, nodes []keyStatus, v verdict) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.addr, state, token, ttl, fence)
 	}
 	tw.Flush()
+	for _, a := range alsoUnder(cfg, nodes) {
+		fmt.Fprintf(w, "also under this name: %s %s on %d of %d nodes\n", a.what, a.key, a.count, len(nodes))
+	}
 	fmt.Fprintln(w, "verdict: "+v.String())
+}
+
+// An alsoFound is a relative of the key found on some nodes.
+type alsoFound struct {
+	relative
+	count int
+}
+
+// alsoUnder lists the relatives of the key that exist on any node.
+func alsoUnder(cfg *statusConfig, nodes []keyStatus) []alsoFound {
+	var out []alsoFound
+	for i, r := range relatives(cfg.redisKey()) {
+		n := 0
+		for _, s := range nodes {
+			if i < len(s.also) && s.also[i] {
+				n++
+			}
+		}
+		if n > 0 {
+			out = append(out, alsoFound{r, n})
+		}
+	}
+	return out
 }
 
 func (v verdict) String() string {
@@ -288,6 +406,8 @@ func (v verdict) String() string {
 			return fmt.Sprintf("free: no answering node holds the key, and the %d that did not answer are short of a majority (quorum %d)", v.silent, v.quorum)
 		}
 		return fmt.Sprintf("free: no node holds the key (%d nodes, quorum %d)", v.n, v.quorum)
+	case verdictNotLock:
+		return fmt.Sprintf("not a lock: on %d of %d nodes the key is %s", v.others, v.n, v.other)
 	case verdictSplit:
 		return fmt.Sprintf("split: %d of %d nodes hold a token, %d distinct, at most %d node(s) each; none is on a majority (quorum %d)%s. Likely an acquisition in progress, or keys left by a failed attempt or a crashed holder; they expire within their ttl",
 			v.holders, v.n, v.tokens, v.count, v.quorum, silent)
@@ -297,4 +417,70 @@ func (v verdict) String() string {
 		most = fmt.Sprintf("%s is on %d node(s)", tokenPrefix(v.token), v.count)
 	}
 	return fmt.Sprintf("unknown: %s, and with the %d that did not answer it could be on a majority (quorum %d)", most, v.silent, v.quorum)
+}
+
+// statusJSON is what --json prints: the table and the verdict as fields.
+type statusJSON struct {
+	Key         string     `json:"key"`
+	FenceKey    string     `json:"fence_key"`
+	Nodes       int        `json:"nodes"`
+	Quorum      int        `json:"quorum"`
+	Verdict     string     `json:"verdict"` // held, free, split, unknown, not_a_lock
+	Text        string     `json:"text"`
+	TokenPrefix string     `json:"token_prefix,omitempty"`
+	OnNodes     int        `json:"on_nodes"` // nodes with the most common token
+	Silent      int        `json:"silent"`
+	Node        []nodeJSON `json:"node"`
+	Also        []alsoJSON `json:"also,omitempty"`
+}
+
+type nodeJSON struct {
+	Addr        string `json:"addr"`
+	State       string `json:"state"` // holds, free, unknown, not_a_lock
+	TokenPrefix string `json:"token_prefix,omitempty"`
+	PTTLms      *int64 `json:"pttl_ms,omitempty"`
+	Fence       string `json:"fence,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
+type alsoJSON struct {
+	What  string `json:"what"`
+	Key   string `json:"key"`
+	Nodes int    `json:"nodes"`
+}
+
+var verdictNames = map[verdictKind]string{verdictHeld: "held", verdictFree: "free", verdictSplit: "split", verdictUnknown: "unknown", verdictNotLock: "not_a_lock"}
+
+func printStatusJSON(w io.Writer, cfg *statusConfig, nodes []keyStatus, v verdict) error {
+	out := statusJSON{Key: cfg.redisKey(), FenceKey: fenceKey(cfg.redisKey()), Nodes: v.n, Quorum: v.quorum,
+		Verdict: verdictNames[v.kind], Text: v.String(), OnNodes: v.count, Silent: v.silent}
+	if v.token != "" {
+		out.TokenPrefix = tokenPrefix(v.token)
+	}
+	for _, s := range nodes {
+		n := nodeJSON{Addr: s.addr}
+		switch {
+		case s.err != nil:
+			n.State, n.Error = "unknown", nodeCause(s.err, cfg.nodeTimeout)
+		case s.other != "":
+			n.State, n.Error = "not_a_lock", s.other
+		case s.held:
+			n.State, n.TokenPrefix = "holds", tokenPrefix(s.token)
+			if s.ttlErr == nil {
+				n.PTTLms = &s.pttl
+			}
+		default:
+			n.State = "free"
+		}
+		if s.err == nil && s.fenErr == nil {
+			n.Fence = s.fence
+		}
+		out.Node = append(out.Node, n)
+	}
+	for _, a := range alsoUnder(cfg, nodes) {
+		out.Also = append(out.Also, alsoJSON{a.what, a.key, a.count})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }

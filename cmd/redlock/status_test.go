@@ -248,13 +248,15 @@ func TestStatusSplit(t *testing.T) {
 	r.row(t, servers[4].Addr, "free")
 	has(t, r.verdictLine(t), "split: 4 of 5 nodes hold a token, 2 distinct, at most 2 node(s) each; none is on a majority (quorum 3)")
 
-	// A key that is not a string cannot be read: that node's state is unknown.
+	// A key that is not a string holds no lock token: status says what it
+	// is, and the node counts as holding none (issue 19: not "unknown",
+	// WRONGTYPE, exit 69).
 	do(t, servers[4].Addr, "LPUSH", "split", "x")
 	r = cli(nil, "status", "--nodes", nodesFlag(servers), "--key", "split")
-	has(t, r.row(t, servers[4].Addr, "unknown"), "WRONGTYPE")
-	has(t, r.verdictLine(t), "unknown:", "could be on a majority")
-	if r.code != exitUnavailable {
-		t.Errorf("exit %d, want %d\n%s", r.code, exitUnavailable, r.stdout)
+	has(t, r.row(t, servers[4].Addr, "not"), "not a lock", "a list, not a lock's key")
+	has(t, r.verdictLine(t), "split: 4 of 5 nodes hold a token")
+	if r.code != 0 {
+		t.Errorf("exit %d, want 0\n%s", r.code, r.stdout)
 	}
 }
 

@@ -43,7 +43,7 @@ func newWaitLine(w io.Writer, cfg *runConfig, pools []redlock.Pool) *waitLine {
 	if !ok || !progress.IsTerminal(f) {
 		return nil
 	}
-	return &waitLine{w: w, key: cfg.key, wait: cfg.wait, pools: pools, nodeTimeout: cfg.nodeTimeout, now: time.Now, start: time.Now()}
+	return &waitLine{w: w, key: cfg.keyPrefix + cfg.key, wait: cfg.wait, pools: pools, nodeTimeout: cfg.nodeTimeout, now: time.Now, start: time.Now()}
 }
 
 // show refreshes the line until the returned stop is called, then erases

@@ -34,3 +34,31 @@ func HasTag(key string) bool {
 	closing := strings.IndexByte(key[open+1:], '}')
 	return closing > 0
 }
+
+// Slot is prefix + key in key's Redis Cluster slot: key itself when it has
+// a tag, prefix + "{key}" when it can be one, and prefix + "{~key}" for a
+// key with a stray '}'. The semaphore's and the read-write lock's keys are
+// named this way.
+func Slot(prefix, key string) string {
+	switch {
+	case HasTag(key):
+		return prefix + key
+	case strings.IndexByte(key, '}') < 0:
+		return prefix + "{" + key + "}"
+	default:
+		return prefix + "{~" + key + "}"
+	}
+}
+
+// Semaphore names the sorted set of the semaphore on key.
+func Semaphore(key string) string { return Slot("redlock:sem:", key) }
+
+// RW names the keys of the read-write lock on key: the writer's lock, the
+// readers' sorted set and the waiting writer's intent.
+func RW(key string) (writer, readers, intent string) {
+	base := Slot("redlock:rw:", key)
+	return base + ":w", base + ":r", base + ":i"
+}
+
+// Leader names the leader record of the election on key, by Fence's rule.
+func Leader(key string) string { return Fence("redlock:leader:", key) }

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/keys"
+	"github.com/quorumlock/redlock/internal/redistest"
+)
+
+// status on the key of a semaphore, a read-write lock or an election says
+// what it is, exit 0; and status on their name says which of them use it.
+func TestStatusOnOtherPrimitives(t *testing.T) {
+	t.Parallel()
+	servers := redistest.StartN(t, 3)
+	client := lockClient(t, servers, redlock.WithKeyPrefix("app:"))
+	ctx := context.Background()
+
+	sem, err := client.Semaphore("jobs", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sem.Acquire(ctx, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	w, err := client.RWMutex("doc").RLock(ctx, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Unlock(ctx)
+	lead, err := client.Election("boss").Campaign(ctx, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Resign(ctx)
+
+	_, readers, _ := keys.RW("app:doc")
+	for _, c := range []struct{ key, want string }{
+		{keys.Semaphore("app:jobs"), "semaphore"},
+		{readers, "read-write lock"},
+		{keys.Leader("app:boss"), "leader record"},
+	} {
+		r := cli(nil, "status", "--nodes", nodesFlag(servers), "--key", c.key)
+		if r.code != 0 {
+			t.Errorf("status --key %s = exit %d, want 0\n%s%s", c.key, r.code, r.stdout, r.stderr)
+		}
+		// A majority at least: the acquisition returns once a quorum has
+		// it, and the last node's write may still be on its way.
+		has(t, r.verdictLine(t), "not a lock: on ", " of 3 nodes the key is", c.want)
+	}
+
+	// By name, with the prefix: the lock key is free, and the semaphore is
+	// named.
+	r := cli(nil, "status", "--nodes", nodesFlag(servers), "--key-prefix", "app:", "--key", "jobs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stdout)
+	}
+	has(t, r.stdout, "also under this name: semaphore "+keys.Semaphore("app:jobs")+" on ", " of 3 nodes", `key "app:jobs"`)
+	has(t, r.verdictLine(t), "free")
+	r = cli(nil, "status", "--nodes", nodesFlag(servers), "--key-prefix", "app:", "--key", "boss")
+	has(t, r.stdout, "also under this name: election (leader record) "+keys.Leader("app:boss"))
+	has(t, r.verdictLine(t), "held by a majority") // the election's lock is on app:boss itself
+}
+
+func TestStatusJSON(t *testing.T) {
+	t.Parallel()
+	servers := redistest.StartN(t, 3)
+	client := lockClient(t, servers, redlock.WithFencing(), redlock.WithKeyPrefix("p:"))
+	ctx := context.Background()
+	l, err := client.Lock(ctx, "report", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	waitHeld(t, l, 3)
+	servers[2].Stop()
+
+	r := cli(nil, "status", "--json", "--nodes", nodesFlag(servers), "--key-prefix", "p:", "--key", "report")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var got statusJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
+	}
+	if got.Key != "p:report" || got.FenceKey != "redlock:fence:{p:report}" || got.Verdict != "held" || got.OnNodes != 2 || got.Silent != 1 ||
+		got.TokenPrefix != tokenPrefix(l.Value()) || len(got.Node) != 3 {
+		t.Fatalf("status --json = %+v", got)
+	}
+	for i, n := range got.Node {
+		if i < 2 && (n.State != "holds" || n.Fence != "1" || n.PTTLms == nil || *n.PTTLms <= 0) {
+			t.Errorf("node %d = %+v, want holds with fence 1 and a ttl", i, n)
+		}
+		if i == 2 && (n.State != "unknown" || !strings.Contains(n.Error, "refused")) {
+			t.Errorf("stopped node = %+v, want unknown with the cause", n)
+		}
+	}
+}
