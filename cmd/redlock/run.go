@@ -350,10 +350,10 @@ func heldEnv(ctx context.Context, cfg *runConfig) []string {
 	if cfg.keyPrefix != "" {
 		env = append(env, envKeyPrefix+"="+cfg.keyPrefix)
 	}
-	if p := redlock.HeldPermit(ctx); p != nil {
-		return append(env, envToken+"="+p.Value(), envPermits+"="+strconv.Itoa(cfg.permits))
+	l := redlock.HeldLock(ctx) // a permit, with --permits
+	if cfg.permits > 0 {
+		return append(env, envToken+"="+l.Value(), envPermits+"="+strconv.Itoa(cfg.permits))
 	}
-	l := redlock.HeldLock(ctx)
 	env = append(env, envToken+"="+l.Value())
 	if cfg.fencing {
 		env = append(env, envFence+"="+strconv.FormatUint(l.Token(), 10))

@@ -28,7 +28,7 @@ func TestStatusOnOtherPrimitives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Release(ctx)
+	defer p.Unlock(ctx)
 	w, err := client.RWMutex("doc").RLock(ctx, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
