@@ -8,9 +8,9 @@ func PooledCalls(c *Client) int {
 	n := 0
 	for _, nd := range c.nodes {
 		p := &nd.pipe
-		p.mu.Lock()
+		p.freeMu.Lock()
 		n += len(p.free)
-		p.mu.Unlock()
+		p.freeMu.Unlock()
 	}
 	return n
 }

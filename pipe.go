@@ -129,12 +129,12 @@ const maxFreeCalls = 1024
 // whole, even for a moment, would make its Args escape, and every caller's
 // argument list cost an allocation.
 func (p *pipe) newCall(ctx context.Context, deadline time.Time, name string, firstKey, numKeys int, args []any) *call {
-	p.mu.Lock()
+	p.freeMu.Lock()
 	var c *call
 	if n := len(p.free); n > 0 {
 		c, p.free = p.free[n-1], p.free[:n-1]
 	}
-	p.mu.Unlock()
+	p.freeMu.Unlock()
 	if c == nil {
 		c = &call{done: make(chan struct{}, 1)}
 	}
@@ -149,11 +149,11 @@ func (p *pipe) recycle(c *call) {
 	clear(c.args)
 	c.alone[0] = nil
 	c.cmd, c.ctx, c.reply, c.late, c.unsent, c.lane = driver.Command{}, nil, driver.Reply{}, false, nil, 0
-	p.mu.Lock()
+	p.freeMu.Lock()
 	if len(p.free) < maxFreeCalls {
 		p.free = append(p.free, c)
 	}
-	p.mu.Unlock()
+	p.freeMu.Unlock()
 }
 
 // A pipe orders one node's commands into batches, on at most wires
@@ -164,7 +164,12 @@ type pipe struct {
 	n     int // wires in use: 1 to wires
 	wires [wires]wire
 	queue []*call // commands for the next batch
-	free  []*call // answered calls, for reuse
+
+	// Answered calls, for reuse, under a mutex of their own, so that
+	// taking and returning a call does not wait for the queue's: with 512
+	// callers, mu's Lock was 7% of the client's CPU.
+	freeMu sync.Mutex
+	free   []*call
 }
 
 // A wire carries one batch at a time.
