@@ -65,12 +65,16 @@ bench: deps
 	cd bench && $(GO) test -count 1 -v -run TestRedsyncFrozenNodeWithoutReadTimeout .
 	$(BENCHSTAT) -col /impl root.bench.txt
 	$(BENCHSTAT) -col /impl peer.bench.txt
+	@echo "== the targets of docs/benchmarks.md, from this run"
+	$(BENCHTARGETS) -root $(CURDIR)/root.bench.txt -peer $(CURDIR)/peer.bench.txt
 	$(BENCHPLOT) -peer $(CURDIR)/peer.bench.txt -waits $(CURDIR)/$(WAITS_CSV) \
 		-note "make bench at $$(git rev-parse --short HEAD 2>/dev/null), $$(date -u +%F)" -out $(CURDIR)/docs/benchmarks
 
 # The plots of the results committed in docs/benchmarks/ (tools/benchplot, a
 # module of its own, so that the root go.mod does not grow by gonum/plot).
 BENCHPLOT ?= $(GO) -C tools/benchplot run .
+# Each target's measured ratio, met or missed (tools/benchplot/targets).
+BENCHTARGETS ?= $(GO) -C tools/benchplot run ./targets
 WAITS_CSV ?= docs/benchmarks/contention-waits.csv
 
 plots:

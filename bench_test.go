@@ -136,12 +136,12 @@ func BenchmarkFencing(b *testing.B) {
 	}
 }
 
-// BenchmarkParallel: b.RunParallel over distinct keys at parallelism 1, 8
-// and 64.
+// BenchmarkParallel: b.RunParallel over distinct keys at parallelism 1, 8,
+// 32 and 64: 2, 16, 64 and 128 goroutines on 2 CPUs.
 func BenchmarkParallel(b *testing.B) {
 	pools := benchNodes(b, 7)
 	for _, n := range []int{1, 3, 5, 7} {
-		for _, p := range []int{1, 8, 64} {
+		for _, p := range []int{1, 8, 32, 64} {
 			b.Run(fmt.Sprintf("N=%d/p=%d/impl=floor", n, p), func(b *testing.B) {
 				benchkit.Parallel(b, benchFloor(b, pools[:n]), p)
 			})
@@ -149,6 +149,22 @@ func BenchmarkParallel(b *testing.B) {
 				benchkit.Parallel(b, benchRedlock(benchClient(b, pools[:n])), p)
 			})
 		}
+	}
+}
+
+// sweepCallers are the caller counts of the throughput sweeps (issue 22).
+var sweepCallers = []int{1, 2, 8, 64, 512}
+
+// BenchmarkSweep: N=5, exactly k goroutines over distinct keys, for k in
+// sweepCallers, against the floor on the same pools. ops/s against k is
+// the throughput curve of docs/benchmarks.md.
+func BenchmarkSweep(b *testing.B) {
+	pools := benchNodes(b, 5)
+	floor := benchFloor(b, pools)
+	mine := benchRedlock(benchClient(b, pools))
+	for _, k := range sweepCallers {
+		b.Run(fmt.Sprintf("N=5/callers=%d/impl=floor", k), func(b *testing.B) { benchkit.Callers(b, floor, k) })
+		b.Run(fmt.Sprintf("N=5/callers=%d/impl=redlock", k), func(b *testing.B) { benchkit.Callers(b, mine, k) })
 	}
 }
 

@@ -199,33 +199,19 @@ type multiplexingPool struct{ *scriptedPool }
 
 func (multiplexingPool) Multiplexes() bool { return true }
 
-// A Multiplexer's node sends every key's commands through multiplexLanes
-// lanes; any other node uses all of them.
-func TestMultiplexerUsesFewerLanes(t *testing.T) {
+// A Multiplexer's node has multiplexWires wires; any other node has wires.
+func TestMultiplexerWires(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		pool Pool
 		want int
 	}{
-		{"Multiplexer", multiplexingPool{&scriptedPool{}}, multiplexLanes},
-		{"plain", &scriptedPool{}, lanes},
+		{"Multiplexer", multiplexingPool{&scriptedPool{}}, multiplexWires},
+		{"plain", &scriptedPool{}, wires},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newNode(0, tc.pool)
-			deadline := time.Now().Add(time.Second)
-			for lane := range lanes {
-				if _, err := n.send(context.Background(), deadline, lane, nil, "SET", 0, 1, "k", "v"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			used := 0
-			for i := range n.lanes {
-				if len(n.lanes[i].free) > 0 { // a lane keeps its answered calls
-					used++
-				}
-			}
-			if used != tc.want {
-				t.Errorf("%d lanes used, want %d", used, tc.want)
+			if n := newNode(0, tc.pool); n.pipe.n != tc.want {
+				t.Errorf("%d wires, want %d", n.pipe.n, tc.want)
 			}
 		})
 	}

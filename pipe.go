@@ -14,20 +14,38 @@ import (
 //
 // With many locks in flight, a client spends most of its time in system
 // calls: one write and one read per command, on each side, plus a dial
-// whenever more commands are in flight than the pool keeps idle. So each
-// node has a few lanes, and a lane has at most one batch on the wire. A
-// command that finds its lane busy joins the lane's queue, and the next
-// batch carries everything queued meanwhile, handed to the Pool's Exec at
-// once and answered in order. This is group commit: nothing runs in the
-// background; the first caller in line sends the batch. A command alone is
-// sent alone, at once.
+// whenever more commands are in flight than the pool keeps idle. So a node
+// has one pipe, with a few wires, and a wire has at most one batch on the
+// wire at a time. A command that finds every wire busy joins the pipe's
+// queue, and the next wire to come free carries everything queued
+// meanwhile, handed to the Pool's Exec at once and answered in order. This
+// is group commit: nothing runs in the background; the first caller in line
+// sends the batch.
 //
-// Lanes: a command goes to the lane of its key (laneOf), so the commands of
-// one lock (its SET, Extends and release) keep their order on the node,
-// while callers on different keys rarely wait for each other: at low
-// concurrency each gets a lane of its own and goes straight to the wire; at
-// high concurrency every lane carries batches. With one lane per node, a
-// second caller would queue behind the first even with the node idle.
+// Wires open only when the others are busy: a command that finds the queue
+// empty and a wire idle goes out at once, alone, on that wire. So one caller
+// alone goes straight to the wire, and so do two callers on one node (each
+// finds a wire of its own), while 64 callers share two batches in flight
+// per node, of about 32 commands each, instead of one small batch per
+// caller. wires is 2: one makes a second caller wait for the first's round
+// trip even with the node idle (two callers on one node ran at about half
+// the floor's rate), and four did not raise throughput at 64 callers,
+// while every extra batch costs a connection, a write and a read on both
+// sides. 16 fixed lanes by key hash, the layout before, cut 64 callers
+// into batches of about four and ran at a third to a half of the rate of
+// two wires (docs/benchmarks.md, issue 22).
+//
+// Order: commands on one key keep their order on the node. A key hashes to
+// one of 64 lanes (laneOf); each busy wire records the lanes of its batch,
+// and a command whose lane is on another wire's batch neither goes out
+// alone nor leaves the queue for another wire: it waits for that wire, and
+// goes out after the batch is answered. A command that finds the queue not
+// empty joins its end, and a wire takes the queue in order. So a command
+// that has entered the pipe (call.unsent) is followed by every later
+// command on its key, on the same connection or after its reply: an Unlock
+// cannot overtake its Lock's SET to a straggler node (round.overtaken). Two
+// connections have no order between them; only waiting for the reply gives
+// one.
 //
 // Bounds, given that fanout stops waiting for a node at its deadline anyway:
 //   - A command whose deadline passed while it queued is not sent; it fails
@@ -37,7 +55,7 @@ import (
 //     therefore waits at most for the batch ahead of it and then its own,
 //     each bounded by deadlines set at most one node timeout earlier, as
 //     long as the Pool returns by its context's deadline. If it does not,
-//     fanout has stopped waiting anyway; only the lane stays busy.
+//     fanout has stopped waiting anyway; only the wire stays busy.
 //   - On a Client's sole inline node (inline.go), no fanout stops waiting
 //     for the caller, so a queued command keeps its own deadline itself:
 //     at that deadline it leaves the queue unsent, or, if a batch that
@@ -47,14 +65,20 @@ import (
 //     the latest deadline, which is its own.)
 //   - An error from Exec fails every command of its batch.
 
-// lanes is how many pipe lanes each node has. Two keys share a lane with
-// probability 1/lanes.
-const lanes = 16
+// wires is how many batches a node may have on the wire at once; see above.
+const wires = 2
 
-// multiplexLanes is how many of them a node uses whose Pool multiplexes
-// concurrent calls itself (Multiplexer). A power of two that divides lanes,
-// so that a key keeps one lane on every node: laneOf(key) & (n-1).
-const multiplexLanes = 2
+// multiplexWires is wires for a Pool whose driver multiplexes concurrent
+// calls itself (Multiplexer). The same as wires: the second wire is what
+// keeps two callers from waiting for each other, and the driver merges
+// the two batches' writes anyway. (Before wires opened only when busy, a
+// Multiplexer got 2 of 16 fixed lanes.)
+const multiplexWires = 2
+
+// lanes is how many order classes keys hash to (laneOf): a bit each in a
+// wire's mask. Two keys share a lane with probability 1/lanes, and then a
+// command on one may wait for a batch that carries the other.
+const lanes = 64
 
 // laneOf returns key's lane: its FNV-1a hash, modulo lanes.
 func laneOf(key string) int {
@@ -82,18 +106,22 @@ type call struct {
 	// made once per call, reused as the call is.
 	timer *time.Timer
 
+	lane uint64 // its key's lane (laneOf), as a bit of a wire's mask
+
 	done  chan struct{} // receives once: the call was answered, or it leads
 	lead  []*call       // when woken to lead: the batch to send
+	wire  int           // when woken to lead: the wire to send it on
 	alone [1]*call      // the batch of a call sent alone: itself
 
 	// unsent, if set, has bit to clear the moment the call takes its place
-	// in the pipe: from then on, any later command to this lane follows it.
+	// in the pipe: from then on, any later command on its key follows it.
 	unsent *atomic.Uint64
 	bit    uint64
 }
 
-// maxFreeCalls bounds the calls a pipe keeps for reuse after a burst.
-const maxFreeCalls = 256
+// maxFreeCalls bounds the calls a pipe keeps for reuse after a burst: enough
+// for 512 callers' SET stragglers and releases in flight on one node.
+const maxFreeCalls = 1024
 
 // newCall returns a call for the command name with args, recycled if the
 // pipe has one. It copies args, so that they can live on the caller's
@@ -101,12 +129,12 @@ const maxFreeCalls = 256
 // whole, even for a moment, would make its Args escape, and every caller's
 // argument list cost an allocation.
 func (p *pipe) newCall(ctx context.Context, deadline time.Time, name string, firstKey, numKeys int, args []any) *call {
-	p.mu.Lock()
+	p.freeMu.Lock()
 	var c *call
 	if n := len(p.free); n > 0 {
 		c, p.free = p.free[n-1], p.free[:n-1]
 	}
-	p.mu.Unlock()
+	p.freeMu.Unlock()
 	if c == nil {
 		c = &call{done: make(chan struct{}, 1)}
 	}
@@ -120,22 +148,35 @@ func (p *pipe) newCall(ctx context.Context, deadline time.Time, name string, fir
 func (p *pipe) recycle(c *call) {
 	clear(c.args)
 	c.alone[0] = nil
-	c.cmd, c.ctx, c.reply, c.late, c.unsent = driver.Command{}, nil, driver.Reply{}, false, nil
-	p.mu.Lock()
+	c.cmd, c.ctx, c.reply, c.late, c.unsent, c.lane = driver.Command{}, nil, driver.Reply{}, false, nil, 0
+	p.freeMu.Lock()
 	if len(p.free) < maxFreeCalls {
 		p.free = append(p.free, c)
 	}
-	p.mu.Unlock()
+	p.freeMu.Unlock()
 }
 
-// A pipe orders one lane's commands into batches. The zero value is an idle
-// pipe.
+// A pipe orders one node's commands into batches, on at most wires
+// batches at a time. The zero value is an idle pipe with one wire; a node
+// sets n.
 type pipe struct {
 	mu    sync.Mutex
-	busy  bool    // a batch is on the wire, or about to be
+	n     int // wires in use: 1 to wires
+	wires [wires]wire
 	queue []*call // commands for the next batch
-	spare []*call // the last batch's buffer, for the queue after next
-	free  []*call // answered calls, for reuse
+
+	// Answered calls, for reuse, under a mutex of their own, so that
+	// taking and returning a call does not wait for the queue's: with 512
+	// callers, mu's Lock was 7% of the client's CPU.
+	freeMu sync.Mutex
+	free   []*call
+}
+
+// A wire carries one batch at a time.
+type wire struct {
+	busy  bool   // a batch is on the wire, or about to be
+	lanes uint64 // the lanes of that batch's commands, while busy
+	spare []*call
 
 	// The running batch's commands and replies, owned by whoever runs it
 	// (one at a time: busy).
@@ -159,27 +200,47 @@ func (p *pipe) send(pool driver.Pool, c *call, own bool) int {
 	if c.unsent != nil {
 		c.unsent.And(^c.bit)
 	}
-	if p.busy {
-		p.queue = append(p.queue, c)
-		p.mu.Unlock()
-		if own {
-			if left := p.await(c); left != answered {
-				return left
-			}
-		} else {
-			<-c.done
+	if len(p.queue) == 0 {
+		if w := p.idleWire(c.lane); w >= 0 {
+			p.wires[w].busy, p.wires[w].lanes = true, c.lane
+			p.mu.Unlock()
+			c.alone[0] = c
+			p.run(pool, w, c.alone[:], c, false)
+			return answered
 		}
-		if batch := c.lead; batch != nil {
-			c.lead = nil
-			p.run(pool, batch, c, true)
-		}
-		return answered
 	}
-	p.busy = true
+	p.queue = append(p.queue, c)
 	p.mu.Unlock()
-	c.alone[0] = c
-	p.run(pool, c.alone[:], c, false)
+	if own {
+		if left := p.await(c); left != answered {
+			return left
+		}
+	} else {
+		<-c.done
+	}
+	if batch := c.lead; batch != nil {
+		c.lead = nil
+		p.run(pool, c.wire, batch, c, true)
+	}
 	return answered
+}
+
+// idleWire returns a wire on which a command of lane may go out at once, or
+// -1: the first idle one, unless a busy wire carries a command of lane.
+// Called with p.mu held.
+func (p *pipe) idleWire(lane uint64) int {
+	idle := -1
+	for i := range max(p.n, 1) {
+		w := &p.wires[i]
+		if w.busy {
+			if w.lanes&lane != 0 {
+				return -1
+			}
+		} else if idle < 0 {
+			idle = i
+		}
+	}
+	return idle
 }
 
 // await waits for a queued call's answer or lead, at most until its
@@ -215,11 +276,12 @@ func (p *pipe) await(c *call) int {
 	}
 }
 
-// run sends batch, answers every call in it, and hands the lane to the
-// next batch. self is the caller's own call, which needs no wake-up; queued
-// says that batch is the pipe's buffer, to be reused.
-func (p *pipe) run(pool Pool, batch []*call, self *call, queued bool) {
-	p.exchange(pool, batch)
+// run sends batch on wire w, answers every call in it, and hands the wire
+// to the next batch. self is the caller's own call, which needs no wake-up;
+// queued says that batch is a buffer of the pipe's, to be reused.
+func (p *pipe) run(pool Pool, w int, batch []*call, self *call, queued bool) {
+	wr := &p.wires[w]
+	wr.exchange(pool, batch)
 	for _, c := range batch {
 		if c != self {
 			c.done <- struct{}{}
@@ -229,15 +291,14 @@ func (p *pipe) run(pool Pool, batch []*call, self *call, queued bool) {
 	p.mu.Lock()
 	if queued {
 		clear(batch)
-		p.spare = batch[:0]
+		wr.spare = batch[:0]
 	}
-	if len(p.queue) == 0 {
-		p.busy = false
+	next := p.take(w)
+	if len(next) == 0 {
+		wr.busy, wr.lanes = false, 0
 		p.mu.Unlock()
 		return
 	}
-	next := p.queue
-	p.queue, p.spare = p.spare, nil
 
 	// The call that may wait longest leads: its context bounds the batch.
 	// Chosen under p.mu, so that a call leaving at its deadline (await)
@@ -248,18 +309,61 @@ func (p *pipe) run(pool Pool, batch []*call, self *call, queued bool) {
 			leader = c
 		}
 	}
-	leader.lead = next
+	leader.lead, leader.wire = next, w
 	p.mu.Unlock()
 	leader.done <- struct{}{}
+}
+
+// take returns wire w's next batch: the queue, in order, but for the
+// commands whose lane another busy wire carries, which stay queued, in
+// order, for that wire. Called with p.mu held.
+func (p *pipe) take(w int) []*call {
+	if len(p.queue) == 0 {
+		return nil
+	}
+	var held, mask uint64 // the other wires' lanes; the queue's
+	for i := range max(p.n, 1) {
+		if i != w && p.wires[i].busy {
+			held |= p.wires[i].lanes
+		}
+	}
+	for _, c := range p.queue {
+		mask |= c.lane
+	}
+	wr := &p.wires[w]
+	if mask&held == 0 { // the common case: the whole queue goes
+		next := p.queue
+		p.queue, wr.spare = wr.spare, nil
+		wr.lanes = mask
+		return next
+	}
+	next, kept := wr.spare[:0], p.queue[:0]
+	mask = 0
+	for _, c := range p.queue {
+		if c.lane&held != 0 {
+			kept = append(kept, c)
+		} else {
+			next = append(next, c)
+			mask |= c.lane
+		}
+	}
+	clear(p.queue[len(kept):])
+	p.queue = kept
+	if len(next) == 0 {
+		wr.spare = next
+		return nil
+	}
+	wr.spare, wr.lanes = nil, mask
+	return next
 }
 
 // exchange hands the live calls of batch to pool.Exec and sets every call's
 // reply. A call whose deadline has passed is not sent; it fails with
 // ErrNodeTimeout.
-func (p *pipe) exchange(pool Pool, batch []*call) {
+func (wr *wire) exchange(pool Pool, batch []*call) {
 	now := time.Now()
 	var last *call // the live call with the latest deadline
-	cmds := p.cmds[:0]
+	cmds := wr.cmds[:0]
 	for _, c := range batch {
 		if !now.Before(c.deadline) {
 			c.late, c.reply = true, driver.Reply{Err: ErrNodeTimeout}
@@ -273,11 +377,11 @@ func (p *pipe) exchange(pool Pool, batch []*call) {
 	if last == nil {
 		return
 	}
-	replies := p.replies[:0]
+	replies := wr.replies[:0]
 	for range cmds {
 		replies = append(replies, driver.Reply{})
 	}
-	p.cmds, p.replies = cmds, replies
+	wr.cmds, wr.replies = cmds, replies
 	defer func() { clear(cmds); clear(replies) }() // drop the references
 
 	ctx := last.ctx

@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"errors"
+	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -200,4 +202,209 @@ func TestRoundBoundedWhenPoolIgnoresContext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gatePool holds every Exec until the test opens its gate, and tells the
+// test which keys each batch carries, in order, as it starts.
+type gatePool struct{ started chan gatedBatch }
+
+type gatedBatch struct {
+	keys []string
+	gate chan struct{}
+}
+
+func newGatePool() *gatePool { return &gatePool{started: make(chan gatedBatch, 16)} }
+
+func (p *gatePool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
+	b := gatedBatch{gate: make(chan struct{})}
+	for _, c := range cmds {
+		b.keys = append(b.keys, c.Args[0].(string))
+	}
+	p.started <- b
+	select {
+	case <-b.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for i := range replies {
+		replies[i] = driver.Reply{Value: "OK"}
+	}
+	return nil
+}
+
+// next returns the next batch to start, failing if none does in time.
+func (p *gatePool) next(t *testing.T) gatedBatch {
+	t.Helper()
+	select {
+	case b := <-p.started:
+		return b
+	case <-time.After(5 * time.Second):
+		t.Fatal("no batch started")
+		return gatedBatch{}
+	}
+}
+
+// none fails if a batch has started that the test has not taken.
+func (p *gatePool) none(t *testing.T) {
+	t.Helper()
+	select {
+	case b := <-p.started:
+		t.Fatalf("a batch of %v started; want none yet", b.keys)
+	default:
+	}
+}
+
+// keysInLanes returns n keys, each in a lane of its own (laneOf).
+func keysInLanes(n int) []string {
+	var ks []string
+	used := map[int]bool{}
+	for i := 0; len(ks) < n; i++ {
+		k := "key" + strconv.Itoa(i)
+		if !used[laneOf(k)] {
+			used[laneOf(k)] = true
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// sameLane returns a key other than key in key's lane.
+func sameLane(key string) string {
+	for i := 0; ; i++ {
+		if k := "other" + strconv.Itoa(i); laneOf(k) == laneOf(key) {
+			return k
+		}
+	}
+}
+
+// waitQueued waits until n's pipe has want commands queued: they have
+// taken their place in it, so that no later command can go ahead of them.
+func waitQueued(t *testing.T, n *node, want int) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 5*time.Second; runtime.Gosched() {
+		n.pipe.mu.Lock()
+		got := len(n.pipe.queue)
+		n.pipe.mu.Unlock()
+		if got == want {
+			return
+		}
+	}
+	t.Fatalf("the queue never held %d commands", want)
+}
+
+// sendAsync sends SET key from a goroutine of its own, to n, and returns
+// the channel of its error.
+func sendAsync(n *node, key string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.send(context.Background(), time.Now().Add(10*time.Second), laneOf(key), nil, "SET", 0, 1, key, "v")
+		done <- err
+	}()
+	return done
+}
+
+// Wires open only when the others are busy: a second caller goes straight
+// to the wire beside the first, and once every wire is busy the callers
+// that follow share one batch.
+func TestPipeWiresOpenWhenBusy(t *testing.T) {
+	pool := newGatePool()
+	n := newNode(0, pool)
+	if n.pipe.n != 2 {
+		t.Skipf("the test is written for 2 wires, not %d", n.pipe.n)
+	}
+	ks := keysInLanes(5)
+	a := sendAsync(n, ks[0])
+	first := pool.next(t)
+	b := sendAsync(n, ks[1])
+	second := pool.next(t) // beside the first, which is still on the wire
+	if first.keys[0] != ks[0] || second.keys[0] != ks[1] {
+		t.Fatalf("batches %v and %v, want [%s] and [%s]", first.keys, second.keys, ks[0], ks[1])
+	}
+	var rest []<-chan error
+	for i, k := range ks[2:] {
+		rest = append(rest, sendAsync(n, k))
+		waitQueued(t, n, i+1) // in this order
+	}
+	pool.none(t)
+	close(first.gate)
+	if err := <-a; err != nil {
+		t.Fatal(err)
+	}
+	third := pool.next(t)
+	if !slices.Equal(third.keys, ks[2:]) {
+		t.Errorf("next batch %v, want the three queued commands %v in one batch", third.keys, ks[2:])
+	}
+	close(second.gate)
+	close(third.gate)
+	for _, done := range append(rest, b) {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	pool.none(t)
+}
+
+// A command whose key's lane is on a busy wire waits for that wire's batch
+// to be answered, even with the other wire idle, and a wire that comes free
+// leaves it queued for the wire it follows; the commands behind it that do
+// not follow anything go out.
+func TestPipeKeyOrderAcrossWires(t *testing.T) {
+	pool := newGatePool()
+	n := newNode(0, pool)
+	if n.pipe.n != 2 {
+		t.Skipf("the test is written for 2 wires, not %d", n.pipe.n)
+	}
+	ks := keysInLanes(3)
+	k, k2 := ks[0], sameLane(ks[0])
+
+	// The idle wire does not take a second command on the lane of the
+	// first's batch.
+	a := sendAsync(n, k)
+	first := pool.next(t)
+	b := sendAsync(n, k2)
+	waitQueued(t, n, 1)
+	pool.none(t)
+	close(first.gate)
+	if got := pool.next(t); !slices.Equal(got.keys, []string{k2}) {
+		t.Fatalf("batch %v, want [%s] after the first was answered", got.keys, k2)
+	} else {
+		close(got.gate)
+	}
+	for _, done := range []<-chan error{a, b} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Both wires busy; the queue holds a command on the first wire's lane
+	// and one on a free lane. The second wire, once free, takes only the
+	// latter; the first wire, once free, the former.
+	a = sendAsync(n, k)
+	first = pool.next(t)
+	c := sendAsync(n, ks[1])
+	second := pool.next(t)
+	b = sendAsync(n, k2)
+	waitQueued(t, n, 1)
+	d := sendAsync(n, ks[2])
+	waitQueued(t, n, 2)
+	close(second.gate)
+	if got := pool.next(t); !slices.Equal(got.keys, []string{ks[2]}) {
+		t.Fatalf("batch %v, want [%s]: the command on the busy wire's lane stays queued", got.keys, ks[2])
+	} else {
+		close(got.gate)
+	}
+	waitQueued(t, n, 1)
+	pool.none(t)
+	close(first.gate)
+	if got := pool.next(t); !slices.Equal(got.keys, []string{k2}) {
+		t.Fatalf("batch %v, want [%s] once the first wire's batch was answered", got.keys, k2)
+	} else {
+		close(got.gate)
+	}
+	for _, done := range []<-chan error{a, b, c, d} {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	pool.none(t)
 }

@@ -114,7 +114,7 @@ type node struct {
 	index int
 	name  string // the master's address, if its Pool is a driver.Namer
 	pool  Pool
-	lanes [lanes]pipe // batch the commands of concurrent callers (pipe.go)
+	pipe  pipe // batches the commands of concurrent callers (pipe.go)
 
 	// inline: the Pool honours its deadlines (DeadlineHonorer), so that a
 	// round of one node may run on the caller's goroutine (inline.go).
@@ -123,13 +123,11 @@ type node struct {
 	// on its caller's goroutine; a queued command then leaves the queue at
 	// its own deadline (pipe.send), since no fanout stops waiting for it.
 	sole bool
-	// laneMask maps a key's lane (laneOf) to the lane used on this node:
-	// lanes-1, or multiplexLanes-1 for a Multiplexer.
-	laneMask int
 }
 
 func newNode(index int, pool Pool) *node {
-	n := &node{index: index, pool: pool, laneMask: lanes - 1}
+	n := &node{index: index, pool: pool}
+	n.pipe.n = wires
 	if namer, ok := pool.(driver.Namer); ok {
 		n.name = namer.Name()
 	}
@@ -137,7 +135,7 @@ func newNode(index int, pool Pool) *node {
 		n.inline = h.HonorsDeadline()
 	}
 	if m, ok := pool.(driver.Multiplexer); ok && m.Multiplexes() {
-		n.laneMask = multiplexLanes - 1
+		n.pipe.n = multiplexWires
 	}
 	return n
 }
@@ -148,7 +146,7 @@ type cmdArgs struct {
 	key, token, ttl any // ttl in milliseconds, as PX and PEXPIRE take it
 	fenceKey        any // the key's fencing counter, with WithFencing
 	channel         any // where a release announces itself ("" for nowhere; wake.go)
-	lane            int // the pipe lane of key (laneOf)
+	lane            int // the pipe lane of key (laneOf): its commands keep their order
 
 	// unsent has a bit for each node whose SET has not yet taken its place
 	// in the node's pipe; fellBack, for each node whose fenced SET had to be
@@ -231,7 +229,7 @@ func (n *node) releaseOwned(ctx context.Context, deadline time.Time, a *cmdArgs)
 	return reply == int64(1), err
 }
 
-// command sends one command on lane 0 and waits for its reply at most until
+// command sends one command in lane 0 and waits for its reply at most until
 // deadline. A failure, including an error reply, comes back as a nil reply
 // and a *NodeError.
 func (n *node) command(ctx context.Context, deadline time.Time, cmd driver.Command) (any, error) {
@@ -239,13 +237,14 @@ func (n *node) command(ctx context.Context, deadline time.Time, cmd driver.Comma
 }
 
 // send sends the command name with args (the keys are the numKeys from
-// firstKey) through the node's pipe lane, so that concurrent callers share
-// round trips, and classifies the reply. It clears this node's bit in
+// firstKey) through the node's pipe, in the lane of its key (laneOf), so
+// that concurrent callers share round trips while one key's commands keep
+// their order, and classifies the reply. It clears this node's bit in
 // unsent, if given, the moment the command takes its place in the pipe.
 func (n *node) send(ctx context.Context, deadline time.Time, lane int, unsent *atomic.Uint64, name string, firstKey, numKeys int, args ...any) (any, error) {
-	p := &n.lanes[lane&n.laneMask]
+	p := &n.pipe
 	c := p.newCall(ctx, deadline, name, firstKey, numKeys, args)
-	c.unsent, c.bit = unsent, 1<<n.index
+	c.unsent, c.bit, c.lane = unsent, 1<<n.index, 1<<(lane&(lanes-1))
 	switch p.send(n.pool, c, n.sole) {
 	case leftQueue:
 		p.recycle(c)

@@ -27,17 +27,32 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 // BenchmarkParallel: b.RunParallel over distinct keys, with
-// b.SetParallelism(p): p×GOMAXPROCS goroutines. ops/s is the throughput of
-// one client process.
+// b.SetParallelism(p): p×GOMAXPROCS goroutines, 2, 16, 64 and 128 on 2
+// CPUs. ops/s is the throughput of one client process.
 func BenchmarkParallel(b *testing.B) {
 	pools := newPools(b, startNodes(b, maxNodes))
 	for _, n := range nodeCounts {
-		for _, p := range []int{1, 8, 64} {
+		for _, p := range []int{1, 8, 32, 64} {
 			for _, im := range impls {
 				b.Run(fmt.Sprintf("N=%d/p=%d/impl=%s", n, p, im.name), func(b *testing.B) {
 					benchkit.Parallel(b, im.new(pools[:n]).lockUnlock, p)
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkSweep: N=5, exactly k goroutines over distinct keys (k = 1, 2,
+// 8, 64, 512), each implementation on the same pools. ops/s against k is
+// the throughput curve of docs/benchmarks.md.
+func BenchmarkSweep(b *testing.B) {
+	pools := newPools(b, startNodes(b, 5))
+	for _, k := range []int{1, 2, 8, 64, 512} {
+		for _, im := range impls {
+			l := im.new(pools)
+			b.Run(fmt.Sprintf("N=5/callers=%d/impl=%s", k, im.name), func(b *testing.B) {
+				benchkit.Callers(b, l.lockUnlock, k)
+			})
 		}
 	}
 }

@@ -119,9 +119,9 @@ func dialValkey(b testing.TB, addrs []string) ([]redlock.Pool, []redsyncredis.Po
 
 // BenchmarkDrivers: redlock through each driver's adapter against redsync
 // through its adapter for the same driver, on the same five nodes and the
-// same client objects. Serial is one caller's Lock+Unlock; p=1 and p=64 run
-// 2 and 128 goroutines (b.SetParallelism, with GOMAXPROCS=2) over distinct
-// keys.
+// same client objects. Serial is one caller's Lock+Unlock; p=1, p=32 and
+// p=64 run 2, 64 and 128 goroutines (b.SetParallelism, with GOMAXPROCS=2)
+// over distinct keys.
 func BenchmarkDrivers(b *testing.B) {
 	const n = 5
 	addrs := startNodes(b, n)
@@ -136,7 +136,7 @@ func BenchmarkDrivers(b *testing.B) {
 				benchkit.Serial(b, im.l.lockUnlock)
 			})
 		}
-		for _, p := range []int{1, 64} {
+		for _, p := range []int{1, 32, 64} {
 			for _, im := range pair {
 				b.Run(fmt.Sprintf("driver=%s/N=%d/p=%d/impl=%s", d.name, n, p, im.name), func(b *testing.B) {
 					parallelOK(b, im.l.lockUnlock, p)

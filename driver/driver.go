@@ -24,7 +24,8 @@
 // driver.Pinger: a Pool that also implements Namer names its master in
 // errors; Validator is checked when a Client is made; Subscriber lets a
 // release wake waiting callers; DeadlineHonorer lets a one-node Client run a
-// round on the caller's goroutine; Multiplexer gets fewer, larger batches.
+// round on the caller's goroutine; Multiplexer may change how many batches
+// the core keeps in flight to the master.
 //
 // Adapters exist for redigo (package redigo, in the root module) and, each
 // in a module of its own, for go-redis (github.com/quorumlock/redlock/goredis),
@@ -160,12 +161,13 @@ type DeadlineHonorer interface {
 // shared connections by itself, as rueidis's and valkey-go's auto-pipelining
 // do. Multiplexes reports whether it does, for this Pool's client.
 //
-// The core then spreads a node's commands over fewer pipe lanes, so that concurrent
-// callers' commands reach Exec in fewer, larger batches. Separate lanes pay off when
-// each batch needs a connection and a round trip of its own, as with redigo;
-// through a driver that already merges every caller's commands into shared
-// writes, each batch costs a hand-off through the driver's queue and a
-// wake-up, and fewer batches are cheaper (docs/benchmarks.md).
+// The core may then give the node's pipe a different number of wires, the
+// batches it keeps in flight at once (today the same two as for any Pool:
+// a second wire keeps two callers from waiting for each other, and more
+// would only cut the batches smaller). Through a driver that already merges
+// every caller's commands into shared writes, each batch costs a hand-off
+// through the driver's queue and a wake-up, so fewer batches are cheaper
+// (docs/benchmarks.md).
 type Multiplexer interface {
 	Multiplexes() bool
 }

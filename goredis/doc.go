@@ -50,7 +50,7 @@
 //   - Without it, go-redis ignores context deadlines on the socket, in the
 //     connection handshake too, and waits ReadTimeout and WriteTimeout
 //     instead (5 seconds each by default in v9.22). The next batch to the
-//     same member, on the same lane, waits behind it and fails at its own
+//     same member on the same wire (pipe.go) waits behind it and fails at its own
 //     deadline. Set those timeouts to a small multiple of the node timeout
 //     if the client must keep ContextTimeoutEnabled off for other code.
 //

@@ -42,12 +42,13 @@
 // Exec sends one command by Client.Do and a batch by Client.DoMulti, which
 // writes the batch at once on one connection and returns the replies in
 // order. The core already groups the commands that concurrent callers send
-// to a node into batches, one batch at a time per key lane (pipe.go in
-// redlock); rueidis's auto-pipelining then merges the batches of different
-// lanes into shared writes. Because it does, the Pool is a
-// driver.Multiplexer, and the core gives it 2 lanes per node rather than
-// 16: larger batches, and fewer hand-offs through rueidis's queue, which
-// raised Lock+Unlock throughput at 128 goroutines by 1.4 to 1.5×
+// to a node into batches, at most two in flight per node (pipe.go in
+// redlock); rueidis's auto-pipelining then merges the two batches' writes.
+// The Pool is a driver.Multiplexer. When the core still had 16 fixed lanes
+// per node, it gave a Multiplexer 2 of them: larger batches, and fewer
+// hand-offs through rueidis's queue, which raised Lock+Unlock throughput
+// at 128 goroutines by 1.4 to 1.5×; since the pipe opens its second wire
+// only when the first is busy, every Pool gets such batches
 // (docs/benchmarks.md).
 //
 // Sending a batch command by command instead, and leaving all the merging
@@ -55,7 +56,7 @@
 // goroutine per command, would lose the order of the commands on one key,
 // which the port requires (an Unlock's release must not overtake its own
 // SET). BenchmarkBatching measures them: Lock+Unlock over three local
-// masters on two vCPUs, medians of six runs, with 16 lanes. With 128
+// masters on two vCPUs, medians of six runs, with the 16 lanes of then. With 128
 // goroutines (3.9 commands per batch) an operation took 121 µs with
 // DoMulti, 266 µs with one Do per command and 166 µs with a goroutine per
 // command; with 2 and 16 goroutines (one or two commands per batch) DoMulti

@@ -52,6 +52,39 @@ func Parallel(b *testing.B, op Op, p int) {
 	rec.report(b)
 }
 
+// Callers runs op b.N times in all from exactly k goroutines, over
+// distinct keys, whatever GOMAXPROCS is, and reports ops/s besides the
+// latencies: the sweep of throughput against callers (docs/benchmarks.md).
+func Callers(b *testing.B, op Op, k int) {
+	ctx := context.Background()
+	ks := keys(b)
+	rec := newRecorder(b.N)
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				t := time.Now()
+				rec.observe(t, op(ctx, ks[i]))
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	rec.report(b)
+}
+
 // Contention runs handoff b.N times in all from k goroutines, on one key, and
 // reports handoffs/s: how often the lock changes hands. handoff must retry
 // until it holds the key; the whole run is bounded by a minute.

@@ -54,6 +54,14 @@ func figures(in inputs) []figure {
 	}
 	add(figure{file: "throughput.svg", title: "Throughput against parallelism p: p × GOMAXPROCS goroutines on distinct keys", panels: tp, cols: 2}, in.peerName, in.peer)
 
+	// Throughput against callers (BenchmarkSweep, issue 22): exactly k
+	// goroutines, N=5.
+	sweep := selection{base: "Sweep", keys: map[string]string{"N": "5", "callers": "*", "impl": "*"}}
+	add(figure{file: "sweep.svg", title: "Throughput against callers, N=5: exactly k goroutines on distinct keys", panels: []panel{
+		numericPanel(in.peer, sweep, "callers", "ops/s", 1, "Lock+Unlock per second", "callers k", "Lock+Unlock per second", true),
+		numericPanel(in.peer, sweep, "callers", "p50-µs", 1e-3, "median latency (p50)", "callers k", "ms", true),
+	}}, in.peerName, in.peer)
+
 	// The slow node and the frozen node, next to the same nodes without a
 	// fault.
 	cats := []category{

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const fixture = `goos: linux
+BenchmarkParallel/N=5/p=32/impl=redlock-2   100  1 ns/op  6000 ops/s
+BenchmarkParallel/N=5/p=32/impl=redlock-2   100  1 ns/op  5000 ops/s
+BenchmarkParallel/N=5/p=32/impl=redsync-2   100  1 ns/op  1000 ops/s
+BenchmarkParallel/N=5/p=32/impl=redsync-2   100  1 ns/op  1500 ops/s
+BenchmarkUncontended/N=5/impl=redlock-2     100  900 ns/op
+BenchmarkUncontended/N=5/impl=redsync-2     100  1000 ns/op
+BenchmarkCeiling/N=5/impl=servers-2         1    1 ns/op  100000 ceiling-locks/s
+BenchmarkCeiling/N=5/callers=512/impl=redlock-2  100  1 ns/op  15000 okops/s  0.15 of-ceiling
+`
+
+// Each target gets its ratio of medians and its verdict: met, missed, or
+// not measured.
+func TestReport(t *testing.T) {
+	rs, err := parse(strings.NewReader(fixture), "fixture")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	report(&out, rs, rs, 0, 0)
+	got := out.String()
+	for _, want := range [][]string{
+		{"64 goroutines, N=5: ops/s against redsync (p=32)", "4.400× (target ≥ 5.00×)", "MISSED"},
+		{"64 goroutines, N=5: worst repetition", "3.333× (target ≥ 4.00×)", "MISSED"},
+		{"512 callers, N=5: fraction of the servers' ceiling", "15.0% (target ≥ 20%)", "MISSED"},
+		{"uncontended, N=5: time against redsync", "0.900× (target ≤ 0.85×)", "MISSED"},
+		{"64 callers, N=5: ops/s against redsync (sweep)", "not measured"},
+		{"4 of 9 targets missed"},
+	} {
+		found := false
+		for _, line := range strings.Split(got, "\n") {
+			ok := true
+			for _, part := range want {
+				ok = ok && strings.Contains(line, part)
+			}
+			found = found || ok
+		}
+		if !found {
+			t.Errorf("report lacks a line with %q:\n%s", want, got)
+		}
+	}
+}
