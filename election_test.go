@@ -243,6 +243,7 @@ func TestElectionResignByNonLeader(t *testing.T) {
 	if got, err := other.Leader(ctx); err != nil || got.Value != "a" {
 		t.Fatalf("the non-leader's Resign disturbed the leader: Leader = %+v, %v", got, err)
 	}
+	c.settle(t) // a straggler's SET may still be on its way to a node
 	if n := c.count("svc", ""); n != 0 {
 		t.Fatalf("key absent on %d nodes after a non-leader's Resign", n)
 	}
