@@ -92,11 +92,6 @@ type Election struct {
 	interval time.Duration
 	err      error // a bad name or option, returned by every call
 
-	// readNeed is how many nodes must agree for a read to be believed; 0
-	// means the Client's majority. Only the simulation sets it, to show
-	// that its checker catches readers who believe a single node.
-	readNeed int
-
 	mu      sync.Mutex
 	current *Leadership
 }
@@ -289,7 +284,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 func (e *Election) read(ctx context.Context) (ld Leader, decided bool, err error) {
 	c := e.client
 	lane := laneOf(c.keyPrefix + e.name)
-	s, ok, causes := agree(ctx, c, e.readNeed, func(ctx context.Context, n *node, deadline time.Time) (sight, error) {
+	s, ok, causes := agree(ctx, c, 0, func(ctx context.Context, n *node, deadline time.Time) (sight, error) {
 		return n.readLeader(ctx, deadline, lane, c.keyPrefix+e.name, e.record)
 	})
 	switch {
