@@ -91,7 +91,8 @@ var simElection = &simPrimitive{
 				}
 				return &simHold{kind: "leader", weight: 1, fenced: true, value: ld.lock.token, token: ld.Term(), name: name,
 					until: ld.Until, done: ld.Done(), release: ld.Resign, op: "Resign",
-					errs: []error{ErrLockLost, ErrExpired, errNotReleased, ErrReleased}}, nil
+					// ErrNotLeader: Close resigned it first (closeOne).
+					errs: []error{ErrLockLost, ErrExpired, errNotReleased, ErrReleased, ErrNotLeader}}, nil
 			},
 			lost: func(rng *rand.Rand) { simReadLeader(e, rng, id, el) },
 		}
