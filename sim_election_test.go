@@ -90,7 +90,7 @@ var simElection = &simPrimitive{
 					return nil, err
 				}
 				return &simHold{kind: "leader", weight: 1, fenced: true, value: ld.lock.token, token: ld.Term(), name: name,
-					until: ld.Until, done: ld.Done(), release: ld.Resign, op: "Resign",
+					until: ld.Until, done: ld.Done(), release: ld.Resign, op: "Resign", closeEnds: true,
 					// ErrNotLeader: Close resigned it first (closeOne).
 					errs: []error{ErrLockLost, ErrExpired, errNotReleased, ErrReleased, ErrNotLeader}}, nil
 			},

@@ -95,11 +95,17 @@ type simHold struct {
 	release func(ctx context.Context) error
 	op      string  // the release's name
 	errs    []error // what the release may return
+
+	// closeEnds: Client.Close ends the hold and releases it (a
+	// Leadership), as a release by the holder's own process.
+	closeEnds bool
 }
 
 // A grant is one hold as its holder saw it.
 type grant struct {
 	worker   int
+	client   int
+	closeEnd bool // Close of its Client ends it (simHold.closeEnds)
 	kind     string
 	weight   int
 	fenced   bool
@@ -142,6 +148,7 @@ type simRun struct {
 	batches, multi, inMulti, maxEx int               // Exec calls, those of 2+ commands, the commands in them, the largest
 	woken, wokenWon                int               // attempts started by a release announcement, and those that won
 	closed                         bool              // a Client was closed during the run
+	closedAt                       time.Time         // when that Close began
 	events                         []string
 
 	// Election: what Leader and Observe reported.
@@ -363,7 +370,7 @@ func (e *simEnv) worker(id int, c *Client, rng *rand.Rand, resource *simResource
 			}
 			continue
 		}
-		idx := e.record(grant{worker: id, kind: h.kind, weight: h.weight, fenced: h.fenced, token: h.token,
+		idx := e.record(grant{worker: id, client: id / e.cfg.workers, closeEnd: h.closeEnds, kind: h.kind, weight: h.weight, fenced: h.fenced, token: h.token,
 			value: h.value, name: h.name, granted: time.Now(), end: h.until()})
 		e.hold(rng, id, idx, h, e.procs[c])
 		if h.fenced {
@@ -444,6 +451,7 @@ func runSchedule(t *testing.T, p *simPrimitive, cfg simConfig) simRun {
 		run.batches, run.multi, run.inMulti = int(w.batches.Load()), int(w.multi.Load()), int(w.inMulti.Load())
 		run.maxEx = int(w.maxBatch.Load())
 	})
+	run.violations = append(run.violations, closedEnds(run.grants, run.closedAt, cfg.clients-1)...)
 	unique, twins := checkTwins(run.grants)
 	v, most := checkOccupancy(unique, p.capacity(cfg))
 	run.most = most
@@ -498,11 +506,13 @@ func (e *simEnv) faults() {
 		e.wg.Go(func() {
 			time.Sleep(time.Duration(closer.Int64N(int64(cfg.cycles) * int64(cfg.ttl) / 2)))
 			start := time.Now()
+			e.mu.Lock()
+			e.run.closed, e.run.closedAt = true, start
+			e.mu.Unlock()
 			err := c.Close()
 			took := time.Since(start)
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			e.run.closed = true
 			if err != nil && !errors.Is(err, ErrNodeTimeout) {
 				e.broken = append(e.broken, fmt.Sprintf("Close: undocumented error %v", err))
 			}
@@ -568,6 +578,30 @@ func checkOccupancy(grants []grant, capacity int) (violations []string, most int
 		}
 	}
 	return violations, most
+}
+
+// closedEnds cuts, at the Close of Client client (at closedAt, if not
+// zero), the holds that Close ends: the holder's own process released them,
+// and Done told the holder so, even if it was stalled and still believes
+// the Until it saw before.
+// A hold granted on that Client after Close began is a violation: a
+// closed Client hands out nothing.
+func closedEnds(grants []grant, closedAt time.Time, client int) (violations []string) {
+	if closedAt.IsZero() {
+		return nil
+	}
+	for i := range grants {
+		g := &grants[i]
+		switch {
+		case g.client != client:
+		case g.granted.After(closedAt):
+			violations = append(violations, fmt.Sprintf("Close: worker %d was granted a %s at %s, after its Client's Close began at %s",
+				g.worker, g.kind, g.granted.Format(time.StampMicro), closedAt.Format(time.StampMicro)))
+		case g.closeEnd && closedAt.Before(g.end):
+			g.end = closedAt
+		}
+	}
+	return violations
 }
 
 // simRepeated reports whether value came from a token function that
