@@ -149,10 +149,12 @@ type simRun struct {
 	woken, wokenWon                int               // attempts started by a release announcement, and those that won
 	closed                         bool              // a Client was closed during the run
 	closedAt                       time.Time         // when that Close began
+	restarts                       []time.Time       // when nodes came back
 	events                         []string
 
 	// Election: what Leader and Observe reported.
 	reports   []leaderReport
+	none      []leaderReport // Leader calls on which a majority saw no leader
 	observed  []Leader
 	noLeader  int
 	campaigns int
@@ -302,7 +304,7 @@ func (e *simEnv) cut(i int, now time.Time) {
 func (e *simEnv) hold(rng *rand.Rand, id, idx int, h *simHold, proc *simProcess) {
 	cfg := e.cfg
 	stall := func() {
-		if !cfg.clean {
+		if !cfg.clean && !cfg.lossless {
 			proc.freeze(2 * cfg.ttl) // the whole process: its background calls too
 		}
 		time.Sleep(2 * cfg.ttl)
@@ -480,6 +482,9 @@ func (e *simEnv) faults() {
 			n.crash()
 			time.Sleep(time.Duration(crashes.Int64N(int64(cfg.ttl / 2))))
 			n.restart(!cfg.amnesia, lose)
+			e.mu.Lock()
+			e.run.restarts = append(e.run.restarts, time.Now())
+			e.mu.Unlock()
 		}
 	})
 	if cfg.full > 0 {
@@ -763,6 +768,7 @@ type simTotals struct {
 	woken, wokenWon                   int
 	closed, prefixed, oom, repeats    int
 	reports, noLeader, observed       int
+	lossless, noneChecked             int // election: schedules whose records' liveness is checked, and their no-leader reads
 	campaigns                         int
 }
 
@@ -808,6 +814,10 @@ func (s *simTotals) add(p *simPrimitive, cfg simConfig, run simRun) {
 	}
 	if cfg.repeatTokens {
 		s.repeats++
+	}
+	if cfg.lossless {
+		s.lossless++
+		s.noneChecked += len(run.none)
 	}
 	s.reports += len(run.reports)
 	s.noLeader += run.noLeader

@@ -72,6 +72,7 @@ type simConfig struct {
 	writeShare   float64 // RW lock: the share of acquisitions that are writes
 	roles        bool    // RW lock: each worker only reads or only writes, writers coming back at once
 	recordLoss   bool    // election: a restart loses the leader records (the last writes before it)
+	lossless     bool    // election: no message lost, no node full, no Client closed, no process frozen: the records' liveness is checked
 
 	// clean is a network on which the library promises that no key is left
 	// behind: nothing is lost, no node crashes, each Client's link to a node
