@@ -187,8 +187,8 @@ func (e *Election) Name() string {
 // Done is closed. Close resigns it at once: Err then wraps ErrClosed and
 // ErrLockLost. A Campaign that waits wakes at once when the leader resigns
 // (the engine's wake-up), and returns ErrClosed when the Client is closed;
-// one whose attempt wins after Close began releases it and returns
-// ErrClosed.
+// one whose attempt wins after Close began, or whose publishing of the
+// value Close interrupts, releases the leadership and returns ErrClosed.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if err := e.open(ctx); err != nil {
 		return nil, err
@@ -217,6 +217,12 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		defer remove()
 		ld.run()
 	}()
+	if c.closed.Load() {
+		// Close began while the record was being published, and has
+		// resigned the leadership (closeByClient): a closed Client hands
+		// out nothing, not even a leadership that has already ended.
+		return nil, fmt.Errorf("%w: election %q: the client was closed as the leadership was won; it was released", ErrClosed, e.name)
+	}
 
 	e.mu.Lock()
 	e.current = ld
