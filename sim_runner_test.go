@@ -760,6 +760,7 @@ func forSchedules(t *testing.T, p *simPrimitive, base uint64, n int, amnesia boo
 type simTotals struct {
 	mu                                sync.Mutex
 	schedules, clean, grants, writes  int
+	violated                          int // schedules with a violation
 	byKind                            map[string]int
 	full                              int // schedules that reached the capacity
 	shared                            int // schedules in which readers shared
@@ -779,6 +780,9 @@ func (s *simTotals) add(p *simPrimitive, cfg simConfig, run simRun) {
 		s.byKind = map[string]int{}
 	}
 	s.schedules++
+	if len(run.violations) > 0 {
+		s.violated++
+	}
 	if cfg.clean {
 		s.clean++
 	}
@@ -842,8 +846,8 @@ func simulate(t *testing.T, p *simPrimitive) *simTotals {
 		}
 	})
 	s := totals
-	t.Logf("%s: %d schedules (%d on a clean network) in %v: %d holds granted %v, capacity reached in %d schedules, %d fenced writes accepted, 0 violations",
-		p.name, n, s.clean, time.Since(start).Round(time.Second), s.grants, s.byKind, s.full, s.writes)
+	t.Logf("%s: %d of %d schedules run (%d on a clean network) in %v: %d holds granted %v, capacity reached in %d schedules, %d fenced writes accepted, %d schedules with violations",
+		p.name, s.schedules, n, s.clean, time.Since(start).Round(time.Second), s.grants, s.byKind, s.full, s.writes, s.violated)
 	t.Logf("faults: %d schedules with a key prefix, %d with nodes at maxmemory, %d with a Client closed during calls, %d with repeated tokens; %d releases called with an ended context",
 		s.prefixed, s.oom, s.closed, s.repeats, s.calls[ctxDone])
 	t.Logf("client calls by context (ended by it): never %d, timer %d (%d), on an answer %d (%d), between rounds %d (%d), short deadline %d (%d), long deadline %d (%d)",
