@@ -479,7 +479,7 @@ type simProcess struct {
 	until time.Time // frozen until then
 
 	announced []atomic.Bool // noticeVotes: node announced a release to this Client since its last acquisition there
-	presumed  sync.Map      // noticeVotes: node<<32 ^ token hash → true: an acquisition the port turned into agreement
+	presumed  sync.Map      // noticeVotes: "node token" → true: an acquisition the port turned into agreement
 }
 
 // freeze pauses the process for d: while it lasts, nothing the Client sends
