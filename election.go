@@ -109,11 +109,6 @@ type Election struct {
 	interval time.Duration
 	err      error // a bad name or option, returned by every call
 
-	// readNeed is how many nodes must agree for a read to be believed; 0
-	// means the Client's majority. Only the simulation sets it, to show
-	// that its checker catches readers who believe a single node.
-	readNeed int
-
 	mu      sync.Mutex
 	current *Leadership
 }
@@ -209,8 +204,8 @@ func (e *Election) Name() string {
 // Done is closed. Close resigns it at once: Err then wraps ErrClosed and
 // ErrLockLost. A Campaign that waits wakes at once when the leader resigns
 // (the engine's wake-up), and returns ErrClosed when the Client is closed;
-// one whose attempt wins after Close began releases it and returns
-// ErrClosed.
+// one whose attempt wins after Close began, or whose publishing of the
+// value Close interrupts, releases the leadership and returns ErrClosed.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if err := e.open(ctx); err != nil {
 		return nil, err
@@ -239,6 +234,12 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		defer remove()
 		ld.run()
 	}()
+	if c.closed.Load() {
+		// Close began while the record was being published, and has
+		// resigned the leadership (closeByClient): a closed Client hands
+		// out nothing, not even a leadership that has already ended.
+		return nil, fmt.Errorf("%w: election %q: the client was closed as the leadership was won; it was released", ErrClosed, e.name)
+	}
 
 	e.mu.Lock()
 	e.current = ld
@@ -328,7 +329,7 @@ func (e *Election) readDecided(ctx context.Context) (ld Leader, decided bool, er
 	c := e.client
 	readAt := c.clock.Now()
 	lane := laneOf(c.keyPrefix + e.name)
-	s, ok, causes := agree(ctx, c, e.readNeed, func(ctx context.Context, n *node, deadline time.Time) (sight, error) {
+	s, ok, causes := agree(ctx, c, 0, func(ctx context.Context, n *node, deadline time.Time) (sight, error) {
 		return n.readLeader(ctx, deadline, lane, c.keyPrefix+e.name, e.record)
 	})
 	switch {

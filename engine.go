@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/redlock/observe"
@@ -56,18 +55,7 @@ type attemptInfo struct {
 	id    uint64
 	woken bool
 	pause time.Duration
-
-	// wrap, if set, wraps the attempt's node operations: nil in every real
-	// use; only testHookWokenOp sets it (TestSimulationCatchesNoticeVotes).
-	wrap func(nodeOp) nodeOp
 }
-
-// testHookWokenOp, if set, is asked before each woken attempt of client c
-// for a wrapper of its node operations, given the nodes that announced a
-// release since the attempt before. The simulation's unsafe variant uses
-// it to count announcements as votes; production code never sets it, and
-// it costs one atomic load per woken attempt.
-var testHookWokenOp atomic.Pointer[func(c *Client, announced uint64) func(nodeOp) nodeOp]
 
 // ErrClosed reports a call on a Client that Close has closed, or a call
 // that Close ended while it waited.
@@ -155,10 +143,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		}
 		info := attemptInfo{id: id, woken: woken}
 		if wt != nil {
-			announced := wt.arm()
-			if hook := testHookWokenOp.Load(); hook != nil && woken {
-				info.wrap = (*hook)(c, announced)
-			}
+			wt.arm()
 		}
 		if woken {
 			info.pause = time.Until(next)

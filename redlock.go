@@ -368,7 +368,7 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 	return c.acquireLoop(ctx, &acquisition{
 		key: key, wake: []string{c.keyPrefix + key}, tries: tries,
 		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
-			return c.acquire(ctx, key, ttl, a.id, fencing, a.wrap)
+			return c.acquire(ctx, key, ttl, a.id, fencing)
 		},
 	})
 }
@@ -440,7 +440,7 @@ func (c *Client) token() (string, error) {
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled. A failed attempt also returns the
 // nodes that agreed to its SET before it let them go (wake.go).
-func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool, wrap func(nodeOp) nodeOp) (*Lock, uint64, error) {
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool) (*Lock, uint64, error) {
 	token, err := c.token()
 	if err != nil {
 		return nil, 0, err
@@ -472,9 +472,6 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 			return ok, err
 		}
 	}
-	if wrap != nil {
-		set = wrap(set)
-	}
 	args.unsent.Store(1<<len(c.nodes) - 1) // no SET has entered a pipe yet
 	held := &args.masks                    // the round whose agreement makes the lock held
 	if fencing {
@@ -503,9 +500,6 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 		l.fence = highest.load() + 1
 		raise := func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.raiseFence(ctx, deadline, args, l.fence)
-		}
-		if wrap != nil {
-			raise = wrap(raise)
 		}
 		won, t = c.fanout(ctx, round{
 			op: raise,

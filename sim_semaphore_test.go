@@ -1,13 +1,10 @@
 package redlock
 
-// The deterministic simulation of the semaphore (docs/semaphore.md): the
-// same world as sim_test.go's (simulated network with delays, drops, node
-// crashes and restarts, fast node clocks, holder pauses, contexts of every
-// kind), with workers that take permits of a K-permit semaphore instead of
-// locks. An independent checker verifies, from what the workers saw alone,
-// that at no instant more than K permits were valid: each permit's validity
-// runs from when Acquire returned to the latest Until its holder saw, cut
-// short at the start of its Release.
+// The semaphore in the one runner (sim_runner_test.go; docs/semaphore.md):
+// workers take permits of a K-permit semaphore, K from 1 to 3, and the
+// checker holds every run to at most K valid at once. In one schedule in
+// four the Clients' token function repeats tokens (issue 21), which the
+// nodes refuse: no two holds with one token are valid at once (checkTwins).
 //
 // TestSimulationSemaphoreMajorityUnsafe runs the same schedules with the
 // quorum forced down to a plain majority, for K=2 and N=5, and requires the
@@ -20,18 +17,12 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 )
 
@@ -44,8 +35,14 @@ const simSemKey = "permits"
 func init() {
 	simScripts[semAcquireScript.hash] = func(n *simNode, ka []any) (any, error) {
 		set, now := n.zset(str(ka[0]))
+		if _, ok := set[str(ka[1])]; ok && !simUnsafeOf(n).sharedTokens {
+			return int64(2), nil // a repeated token is refused
+		}
 		if int64(len(set)) >= num(ka[3]) {
 			return int64(0), nil
+		}
+		if err := n.grow(); err != nil {
+			return nil, err // ZADD is the script's first write
 		}
 		set[str(ka[1])] = now + num(ka[2])
 		n.storeZset(str(ka[0]), set)
@@ -114,319 +111,72 @@ func (n *simNode) storeZset(key string, set map[string]int64) {
 	n.data[key] = simValue{v: strings.Join(parts, ";"), expires: time.UnixMilli(last)}
 }
 
-// semSimConfig is one semaphore schedule: the world of sim_test.go plus the
-// permit count, and, for the unsafe variant, a quorum forced on it.
-type semSimConfig struct {
-	simConfig
-	permits int
-	quorum  int // if > 0, replaces the semaphore's quorum (unsafe on purpose)
-}
-
-func drawSemConfig(seed uint64) semSimConfig {
-	cfg := semSimConfig{simConfig: drawConfig(seed, false)}
-	r := rand.New(rand.NewPCG(seed, 0x5e4a))
-	cfg.permits = 1 + r.IntN(3)
-	// More workers than permits, so that they contend.
-	for cfg.clients*cfg.workers < cfg.permits+2 {
-		cfg.workers++
-	}
-	return cfg
-}
-
-// A permitGrant is one permit as its holder saw it.
-type permitGrant struct {
-	worker  int
-	value   string
-	granted time.Time // when Acquire returned
-	end     time.Time // the latest Until the holder saw, cut at the start of Release
-}
-
-// semSimRun is the outcome of one semaphore schedule.
-type semSimRun struct {
-	grants     []permitGrant
-	violations []string
-	maxValid   int // the most permits valid at one instant
-	calls      int
-	events     []string
-}
-
-// runSemSchedule plays one semaphore schedule inside a synctest bubble.
-func runSemSchedule(t *testing.T, cfg semSimConfig) semSimRun {
-	var run semSimRun
-	synctest.Test(t, func(t *testing.T) {
-		w := &simWorld{cfg: cfg.simConfig, rng: rand.New(rand.NewPCG(cfg.seed, 1)),
-			tracing: os.Getenv("REDLOCK_SIM_TRACE") != "", start: time.Now()}
-		defer func() { run.events = w.events }()
-		faults := rand.New(rand.NewPCG(cfg.seed, 2))
-		for range cfg.nodes {
-			w.nodes = append(w.nodes, newSimNode(cfg.clockRate))
+var simSemaphore = &simPrimitive{
+	name: "semaphore", fast: 150, short: 40,
+	draw: func(cfg *simConfig, r *rand.Rand) {
+		cfg.permits = 1 + r.IntN(3)
+		for cfg.clients*cfg.workers < cfg.permits+2 {
+			cfg.workers++ // more workers than permits, so that they contend
 		}
-		var (
-			mu      sync.Mutex
-			running atomic.Int32
-			wg      sync.WaitGroup
-			broken  []string
-		)
-		record := func(g permitGrant) int {
-			mu.Lock()
-			defer mu.Unlock()
-			run.grants = append(run.grants, g)
-			return len(run.grants) - 1
+		cfg.repeatTokens = r.IntN(4) == 0
+	},
+	capacity: func(cfg simConfig) int { return cfg.permits },
+	open: func(e *simEnv, c *Client, id int) simActor {
+		sem, err := c.Semaphore(simSemKey, e.cfg.permits, AllowNoFaultTolerance())
+		if err != nil {
+			e.t.Error(err)
 		}
-		setEnd := func(i int, end time.Time) {
-			mu.Lock()
-			defer mu.Unlock()
-			if end.Before(run.grants[i].end) {
-				run.grants[i].end = end
-			}
+		if q := e.cfg.unsafe.semQuorum; q > 0 && sem != nil {
+			sem.quorum = q
 		}
-		raiseEnd := func(i int, until time.Time) {
-			mu.Lock()
-			defer mu.Unlock()
-			if until.After(run.grants[i].end) {
-				run.grants[i].end = until
+		return simActor{op: "Acquire", acquire: func(ctx context.Context, rng *rand.Rand, _ int) (*simHold, error) {
+			var p *Lock
+			var err error
+			if rng.IntN(3) == 0 {
+				p, err = sem.TryAcquire(ctx, e.cfg.ttl)
+			} else {
+				p, err = sem.Acquire(ctx, e.cfg.ttl)
 			}
-		}
-		call := func(rng *rand.Rand, id int, op string, f func(context.Context) error, documented ...error) error {
-			ctx, kind, cancel := cfg.callCtx(rng)
-			w.tracef("worker %d: %s begins, context %d", id, op, kind)
-			err := f(ctx)
-			w.tracef("worker %d: %s returns %v", id, op, err)
-			cancel()
-			mu.Lock()
-			defer mu.Unlock()
-			run.calls++
-			if err == nil {
-				return nil
-			}
-			for _, d := range documented {
-				if errors.Is(err, d) {
-					return err
-				}
-			}
-			broken = append(broken, fmt.Sprintf("%s: undocumented error %v", op, err))
-			return err
-		}
-
-		var clients []*Client
-		for c := range cfg.clients {
-			pools := make([]Pool, cfg.nodes)
-			clock := &simClock{}
-			for i := range pools {
-				pools[i] = simPool{w: w, node: i, link: &simLink{}, clock: clock}
-			}
-			client, err := New(pools, WithNodeTimeout(simNodeTimeout), WithClock(clock),
-				WithTries(8), WithRetryDelay(10*time.Millisecond, 100*time.Millisecond))
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
-			clients = append(clients, client)
-			sem, err := client.Semaphore(simSemKey, cfg.permits, AllowNoFaultTolerance())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cfg.quorum > 0 {
-				sem.quorum = cfg.quorum
-			}
-			for k := range cfg.workers {
-				id := c*cfg.workers + k
-				rng := rand.New(rand.NewPCG(cfg.seed, uint64(100+id)))
-				running.Add(1)
-				wg.Go(func() {
-					defer running.Add(-1)
-					for range cfg.cycles {
-						var p *Lock
-						var err error
-						try := rng.IntN(3) == 0
-						if call(rng, id, "Acquire", func(ctx context.Context) error {
-							if try {
-								p, err = sem.TryAcquire(ctx, cfg.ttl)
-							} else {
-								p, err = sem.Acquire(ctx, cfg.ttl)
-							}
-							return err
-						}, ErrNotObtained) != nil {
-							continue
-						}
-						idx := record(permitGrant{worker: id, value: p.Value(), granted: time.Now(), end: p.Until()})
-						extend := func() {
-							_ = call(rng, id, "Extend", func(ctx context.Context) error { return p.Extend(ctx, cfg.ttl) },
-								ErrNotObtained, ErrExpired)
-							raiseEnd(idx, p.Until())
-						}
-						extendAt := rng.IntN(4)
-						if extendAt == 0 {
-							time.Sleep(time.Duration(rng.Int64N(int64(cfg.ttl / 2))))
-							extend()
-						}
-						if rng.Float64() < cfg.pauseRate {
-							time.Sleep(cfg.ttl * 2) // a GC pause past the validity
-						} else {
-							time.Sleep(time.Duration(rng.Int64N(int64(cfg.ttl / 4))))
-						}
-						if extendAt == 1 {
-							extend()
-						}
-						setEnd(idx, time.Now())
-						if call(rng, id, "Release", p.Unlock, ErrExpired, ErrLockLost, errNotReleased) != nil {
-							_ = p.Unlock(context.Background())
-						}
-					}
-				})
-			}
+			return &simHold{kind: "permit", weight: 1, value: p.Value(), until: p.Until, extend: p.Extend,
+				release: p.Unlock, op: "Unlock", errs: []error{ErrExpired, ErrLockLost, errNotReleased, ErrReleased}}, nil
+		}}
+	},
+	left: func(cfg simConfig, n *simNode, _ *simRun) []string {
+		// Every token was released or undone: no member, live or expired.
+		if val, ok := n.data[SemaphoreKey(cfg.prefix+simSemKey)]; ok {
+			return []string{fmt.Sprintf("still holds members %q after every worker released and stopped", val.v)}
 		}
-
-		wg.Go(func() {
-			for c := 0; c < cfg.crashes && running.Load() > 0; c++ {
-				time.Sleep(time.Duration(faults.Int64N(int64(cfg.ttl))))
-				n := w.nodes[faults.IntN(cfg.nodes)]
-				n.crash()
-				time.Sleep(time.Duration(faults.Int64N(int64(cfg.ttl / 2))))
-				n.restart(!cfg.amnesia)
-			}
-		})
-		wg.Wait()
-		for _, c := range clients {
-			c.calls.Wait()
-			if err := c.Close(); err != nil { // ends the release subscriptions (wake.go)
-				t.Errorf("Close: %v", err)
-			}
-		}
-		w.wires.Wait()
-		run.violations = append(run.violations, broken...)
-		if cfg.clean {
-			run.violations = append(run.violations, permitsLeftBehind(w.nodes)...)
-		}
-	})
-	v, most := checkPermits(run.grants, cfg.permits)
-	run.violations = append(run.violations, v...)
-	run.maxValid = most
-	return run
+		return nil
+	},
 }
-
-// permitsLeftBehind is the liveness check of a clean network, run once every
-// worker has stopped and every message has landed: every token was released
-// or undone, so no node may still hold a member, live or expired.
-func permitsLeftBehind(nodes []*simNode) []string {
-	var v []string
-	for i, n := range nodes {
-		n.mu.Lock()
-		if val, ok := n.data[simSemKey]; ok {
-			v = append(v, fmt.Sprintf("liveness: node %d still holds %q after every worker released and stopped", i, val.v))
-		}
-		n.mu.Unlock()
-	}
-	return v
-}
-
-// checkPermits is the independent checker: it knows only the validity
-// intervals [granted, end) that the holders saw, and reports every instant
-// at which more than k of them were open, and the most open at once.
-func checkPermits(grants []permitGrant, k int) (violations []string, most int) {
-	type edge struct {
-		at    time.Time
-		delta int // +1 opens, −1 closes
-		g     permitGrant
-	}
-	var edges []edge
-	for _, g := range grants {
-		if g.granted.Before(g.end) {
-			edges = append(edges, edge{g.granted, +1, g}, edge{g.end, -1, g})
-		}
-	}
-	// Half-open intervals: at the same instant, closing comes first.
-	slices.SortStableFunc(edges, func(a, b edge) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return a.delta - b.delta
-	})
-	open := map[string]permitGrant{}
-	for _, e := range edges {
-		if e.delta < 0 {
-			delete(open, e.g.value)
-			continue
-		}
-		open[e.g.value] = e.g
-		most = max(most, len(open))
-		if len(open) > k {
-			var holders []string
-			for _, g := range open {
-				holders = append(holders, fmt.Sprintf("worker %d until %s", g.worker, g.end.Format(time.StampMicro)))
-			}
-			slices.Sort(holders)
-			violations = append(violations, fmt.Sprintf("%d permits of %d valid at %s: %s",
-				len(open), k, e.at.Format(time.StampMicro), strings.Join(holders, ", ")))
-		}
-	}
-	return violations, most
-}
-
-// forSemSchedules runs n semaphore schedules, seeds base to base+n-1, over
-// one worker per CPU, drawing each with draw, and calls check with each
-// result. check must be safe for concurrent use.
-func forSemSchedules(t *testing.T, base uint64, n int, draw func(seed uint64) semSimConfig, check func(*testing.T, semSimConfig, semSimRun)) {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	t.Run("schedules", func(t *testing.T) {
-		for w := range workers {
-			t.Run(fmt.Sprint("worker", w), func(t *testing.T) {
-				t.Parallel()
-				for i := w; i < n; i += workers {
-					cfg := draw(base + uint64(i))
-					check(t, cfg, runSemSchedule(t, cfg))
-				}
-			})
-		}
-	})
-}
-
-// simSemDefaultSchedules is the fast subset that go test runs.
-const simSemDefaultSchedules = 150
 
 // Under the stated assumptions, no schedule has more than K permits valid at
 // once, for K of 1 to 3 on 3, 5 or 7 nodes.
 func TestSimulationSemaphore(t *testing.T) {
-	base, n := simSchedules(t, simSemDefaultSchedules)
-	t.Logf("seeds %d..%d (replay one with REDLOCK_SIM_SEED=<seed> REDLOCK_SIM_SCHEDULES=1)", base, base+uint64(n)-1)
-	var (
-		mu                   sync.Mutex
-		grants, calls, clean int
-		full                 int // schedules in which K permits were valid at once
-		byPermits            [4]int
-		start                = time.Now()
-	)
-	forSemSchedules(t, base, n, drawSemConfig, func(t *testing.T, cfg semSimConfig, run semSimRun) {
-		mu.Lock()
-		grants += len(run.grants)
-		calls += run.calls
-		byPermits[cfg.permits]++
-		if cfg.clean {
-			clean++
-		}
-		if run.maxValid == cfg.permits {
-			full++
-		}
-		mu.Unlock()
-		if len(run.violations) > 0 {
-			if run.events != nil {
-				t.Logf("seed %d, events:\n%s", cfg.seed, strings.Join(run.events, "\n"))
-			}
-			t.Fatalf("seed %d (%+v): %d violations, first: %s", cfg.seed, cfg, len(run.violations), run.violations[0])
-		}
-	})
-	if t.Failed() {
+	s := simulate(t, simSemaphore)
+	if testing.Short() || s.schedules < simSemaphore.fast {
 		return
 	}
-	t.Logf("%d schedules (K=1: %d, K=2: %d, K=3: %d; %d on a clean network) in %v: %d calls, %d permits granted, %d schedules with all K permits valid at once, 0 violations",
-		n, byPermits[1], byPermits[2], byPermits[3], clean, time.Since(start).Round(time.Second), calls, grants, full)
-	if grants == 0 {
-		t.Fatal("no permit was ever granted: the simulation exercised nothing")
-	}
-	if n >= simSemDefaultSchedules && full == 0 {
+	if s.full == 0 {
 		// The bound must be reached, not only respected: a semaphore that
 		// admitted one holder at a time would pass the safety check.
-		t.Errorf("in %d schedules, K permits were never valid at once", n)
+		t.Errorf("in %d schedules, K permits were never valid at once", s.schedules)
 	}
+	if s.repeats == 0 {
+		t.Errorf("no schedule with repeated tokens in %d", s.schedules)
+	}
+}
+
+// semUnsafe is the shape of the unsafe semaphore variants: K=2 on N=5, six
+// contenders.
+func semUnsafe(cfg *simConfig) {
+	cfg.nodes, cfg.permits = 5, 2
+	cfg.crashes = min(cfg.crashes, cfg.nodes)
+	cfg.clients, cfg.workers = 3, 2
+	cfg.full = min(cfg.full, cfg.nodes)
 }
 
 // With a plain majority as the quorum, K=2 and N=5, the checker must find
@@ -435,48 +185,34 @@ func TestSimulationSemaphore(t *testing.T) {
 // find none. This is the unit test that shows why the quorum is not a
 // majority.
 func TestSimulationSemaphoreMajorityUnsafe(t *testing.T) {
-	base, n := simSchedules(t, simSemDefaultSchedules)
-	draw := func(quorum int) func(uint64) semSimConfig {
-		return func(seed uint64) semSimConfig {
-			cfg := drawSemConfig(seed)
-			cfg.nodes, cfg.permits, cfg.quorum = 5, 2, quorum
-			cfg.crashes = min(cfg.crashes, cfg.nodes)
-			cfg.clients, cfg.workers = 3, 2 // six contenders for two permits
-			return cfg
-		}
-	}
-	for _, tc := range []struct {
-		name   string
-		quorum int
-		unsafe bool
-	}{
-		{"quorum=4", semQuorum(5, 2), false},
-		{"majority=3", quorum(5), true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var (
-				mu      sync.Mutex
-				found   int
-				example string
-			)
-			forSemSchedules(t, base, n, draw(tc.quorum), func(t *testing.T, cfg semSimConfig, run semSimRun) {
-				if tc.unsafe && run.maxValid <= cfg.permits || !tc.unsafe && len(run.violations) == 0 {
-					return // the unsafe quorum must break the bound itself, not only liveness
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				found++
-				if example == "" {
-					example = fmt.Sprintf("seed %d: %s", cfg.seed, run.violations[0])
-				}
-			})
-			t.Logf("K=2, N=5, quorum %d: %d of %d schedules violated a property; e.g. %s", tc.quorum, found, n, example)
-			switch {
-			case tc.unsafe && found == 0:
-				t.Fatalf("no violation in %d schedules with a majority quorum: the checker cannot fail", n)
-			case !tc.unsafe && found > 0:
-				t.Fatalf("%d violations in %d schedules with the correct quorum; first: %s", found, n, example)
+	t.Run("quorum=4", func(t *testing.T) {
+		base, n := simSchedules(t, 60, 20)
+		forSchedules(t, simSemaphore, base, n, false, semUnsafe, func(t *testing.T, cfg simConfig, run simRun) {
+			if len(run.violations) > 0 {
+				t.Errorf("seed %d: %d violations with the correct quorum; first: %s", cfg.seed, len(run.violations), run.violations[0])
 			}
 		})
-	}
+	})
+	t.Run("majority=3", func(t *testing.T) {
+		simCatches(t, simSemaphore, 60, func(cfg *simConfig) {
+			semUnsafe(cfg)
+			cfg.unsafe.semQuorum = quorum(5)
+		}, func(cfg simConfig, run simRun) bool {
+			return run.most > cfg.permits // the bound itself broken, not only liveness
+		})
+	})
+}
+
+// Nodes that re-score a repeated token instead of refusing it (the script
+// before issue 21) admit two holders into one slot: with tokens that repeat
+// in every schedule, the checker must find two holds of one token valid at
+// once.
+func TestSimulationSemaphoreCatchesSharedTokens(t *testing.T) {
+	simCatches(t, simSemaphore, 120, func(cfg *simConfig) {
+		semUnsafe(cfg)
+		cfg.repeatTokens = true
+		cfg.unsafe.sharedTokens = true
+	}, func(cfg simConfig, run simRun) bool {
+		return strings.HasPrefix(run.violations[0], "twins:")
+	})
 }

@@ -1,40 +1,25 @@
 package redlock
 
-// A deterministic simulation of the fenced lock, in the style of FoundationDB
-// and TigerBeetle: many workers run the real Client code against in-memory
-// Redis nodes over a simulated network, under virtual time (testing/synctest),
-// with random message delays and drops, node crashes and restarts, node
-// clocks that run fast, and holder pauses. Workers may share a Client, so
-// that their commands meet in its pipes and go out in multi-command batches.
-// Every Lock, TryLock, Extend and Unlock gets a context of its own, drawn
-// from the seed: one that never ends, a deadline from 0.1 ms to two ttls
-// away, or a cancellation by a timer, as one of the call's node answers
-// arrives, or between the two rounds of a fenced acquisition. An
-// independent checker then verifies, from what each worker observed:
-//
-//   - mutual exclusion: the validity intervals of granted locks do not
-//     overlap (each runs to the latest Until its holder saw, cut short at its
-//     Unlock);
-//   - fencing: tokens grow strictly in the order locks were granted;
-//   - the guarded resource never accepted a write from a holder older than
-//     one whose write it had already accepted;
-//   - every error is one the API documents for the call.
-//
-// A quarter of the schedules run on a clean network (simConfig.clean): no
-// loss, no crash, ordered delivery, and no node call that can time out.
-// There the library promises more, and the checker holds it to that
-// (leftBehind): no key is left on a node, neither by an acquisition that was
-// not granted nor by a lock that was unlocked.
+// The world of the deterministic simulation, in the style of FoundationDB
+// and TigerBeetle: in-memory Redis nodes over a simulated network, under
+// virtual time (testing/synctest), with random message delays and drops,
+// node crashes and restarts, node clocks that run fast, nodes at maxmemory,
+// and paused client processes. sim_runner_test.go plays schedules of any of
+// the four primitives in it (the mutex, the semaphore, the RW lock and
+// election) and holds each to its claim with an independent checker;
+// sim_<primitive>_test.go holds each primitive's scripts, as the nodes run
+// them, and what the runner needs to know of it.
 //
 // Each schedule is drawn from a seed, printed on failure. The fault schedule
-// (which node crashes when, for how long) follows from the seed alone; the
-// interleaving of goroutines that wake at the same virtual instant is up to
-// the Go scheduler, and Lock's retry delays are not seeded, so a replay
-// reproduces the faults but not always every message order.
-// REDLOCK_SIM_TRACE=1 logs the events of a schedule that fails.
+// (which node crashes when, for how long; which nodes fill up; which Client
+// is closed) follows from the seed alone; the interleaving of goroutines
+// that wake at the same virtual instant is up to the Go scheduler, and the
+// retry delays are not seeded, so a replay reproduces the faults but not
+// always every message order. REDLOCK_SIM_TRACE=1 logs the events of a
+// schedule that fails.
 //
-//	go test -run TestSimulation .                               # fast subset
-//	REDLOCK_SIM_SCHEDULES=100000 go test -run TestSimulation -timeout 60m .
+//	go test -run 'TestSimulation' .                             # fast subset
+//	REDLOCK_SIM_SCHEDULES=100000 go test -run 'TestSimulation$' -timeout 60m .
 //	REDLOCK_SIM_SEED=1234 REDLOCK_SIM_SCHEDULES=1 REDLOCK_SIM_TRACE=1 go test -run 'TestSimulation$' -v .
 
 import (
@@ -44,41 +29,50 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/quorumlock/redlock/driver"
 )
 
-// simConfig is one schedule's shape, drawn from its seed.
+// simConfig is one schedule's shape, drawn from its seed: the world's
+// faults, then what the primitive under test draws for itself, then the
+// unsafe variants that tests switch on to show the checker failing.
 type simConfig struct {
 	seed      uint64
 	nodes     int
 	clients   int           // Clients
 	workers   int           // workers per Client, sharing its pipes
-	cycles    int           // lock attempts per worker
+	cycles    int           // acquisitions per worker
 	ttl       time.Duration //
 	maxDelay  time.Duration // one-way message delay is uniform in [0, maxDelay], in steps of simQuantum
 	dropRate  float64       // chance that a request or a reply is lost
 	crashes   int           // node crashes over the run
 	amnesia   bool          // crashed nodes restart without their data: the assumption broken
 	clockRate float64       // node clocks run this much faster than true time
-	pauseRate float64       // chance that a holder stalls past its validity before writing
+	pauseRate float64       // chance that a holder stalls past its validity (its whole process, on a faulty network)
 
 	// Release announcements (wake.go) travel like replies, with a delay of
 	// up to maxDelay and the drop rate, and besides: lost with noticeLoss,
-	// sent twice with noticeDup. noticeVotes is the unsafe variant that
-	// counts them as votes (sim_wake_test.go).
+	// sent twice with noticeDup.
 	noticeLoss, noticeDup float64
-	noticeVotes           bool
+
+	prefix       string  // every Client's WithKeyPrefix
+	full         int     // nodes that reach maxmemory (noeviction) for a while: growing writes fail with OOM
+	closeOne     bool    // one Client is closed while its workers call it
+	releaseEnded float64 // chance that a release is called with a context that has already ended
+	fencing      bool    // WithFencing on every Client
+
+	// What the primitive draws (simPrimitive.draw).
+	permits      int     // semaphore: K
+	repeatTokens bool    // semaphore: the token function repeats tokens, within and across Clients
+	writeShare   float64 // RW lock: the share of acquisitions that are writes
+	roles        bool    // RW lock: each worker only reads or only writes, writers coming back at once
+	recordLoss   bool    // election: a restart loses the leader records (the last writes before it)
+	lossless     bool    // election: no message lost, no node full, no Client closed, no process frozen: the records' liveness is checked
 
 	// clean is a network on which the library promises that no key is left
 	// behind: nothing is lost, no node crashes, each Client's link to a node
@@ -93,6 +87,21 @@ type simConfig struct {
 	// flight has what is left of a node timeout since the verdict, at least
 	// simNodeTimeout − 8 × maxDelay, for 8 × maxDelay more.
 	clean bool
+
+	unsafe simUnsafe
+}
+
+// simUnsafe are the deliberately broken variants. Each lives in the test
+// world (a node's script, the port, a quorum set on a Client): none is a
+// switch in the library's code.
+type simUnsafe struct {
+	noticeVotes  bool      // the port turns a refusal into agreement on a node that announced a release to the Client since its last acquisition there
+	skipRelease  bool      // the port drops a release whose caller's context had ended: the release that issue 23 says must always go out
+	quorum       int       // if > 0, every Client's quorum (election: leaders, and readers, on fewer nodes)
+	readQuorum   int       // election: if > 0, Leader and Observe run on Clients of this quorum
+	semQuorum    int       // semaphore: if > 0, the semaphore's quorum
+	rw           rwVariant // RW lock: nodes that admit a reader beside a writer, or the reverse
+	sharedTokens bool      // semaphore: the nodes re-score a repeated token instead of refusing it
 }
 
 const (
@@ -101,6 +110,9 @@ const (
 	simKey         = "resource"
 )
 
+// drawConfig draws the world's shape. The primitive draws its own part
+// after (simPrimitive.draw), from a stream of its own, so that adding a
+// fault here does not change what the others draw.
 func drawConfig(seed uint64, amnesia bool) simConfig {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	nodes := []int{3, 5, 5, 7}[r.IntN(4)]
@@ -122,11 +134,23 @@ func drawConfig(seed uint64, amnesia bool) simConfig {
 	if cfg.clients*cfg.workers < 2 {
 		cfg.workers = 2 // someone to contend with
 	}
-	if !amnesia && r.IntN(4) == 0 {
+	clean := !amnesia && r.IntN(4) == 0
+	if clean {
 		cfg.clean = true
 		cfg.maxDelay = time.Duration(1+r.IntN(3)) * time.Millisecond // 16 × 3 ms < simNodeTimeout
 		cfg.dropRate, cfg.crashes, cfg.noticeLoss = 0, 0, 0
 	}
+	// The faults of issues 21 and 23, from a stream of their own.
+	f := rand.New(rand.NewPCG(seed, 0xfa17))
+	if f.IntN(2) == 0 {
+		cfg.prefix = "app:"
+	}
+	if f.IntN(4) == 0 {
+		cfg.full = 1 + f.IntN(nodes)
+	}
+	cfg.closeOne = f.IntN(5) == 0 && cfg.clients > 1
+	cfg.releaseEnded = []float64{0, 0.25, 0.5}[f.IntN(3)]
+	cfg.fencing = f.IntN(4) != 0
 	return cfg
 }
 
@@ -139,7 +163,9 @@ type simNode struct {
 	scripts map[string]bool // cached script hashes; lost on restart
 	rate    float64
 	epoch   time.Time
-	expired []string // values of simKey that lived until their ttl
+	expired []string // values of watch that lived until their ttl
+	watch   string   // the key whose expiries are recorded (the mutex's and election's key on the nodes)
+	full    bool     // at maxmemory with noeviction: growing writes fail with OOM
 
 	world *simWorld
 	subs  []*simSub // subscriptions to the release channel; lost on a crash
@@ -164,7 +190,7 @@ func (n *simNode) get(k string) (string, bool) {
 	v, ok := n.data[k]
 	if ok && !v.expires.IsZero() && !n.now().Before(v.expires) {
 		delete(n.data, k)
-		if k == simKey {
+		if k == n.watch && k != "" {
 			n.expired = append(n.expired, v.v)
 		}
 		return "", false
@@ -183,8 +209,10 @@ func (n *simNode) crash() {
 	n.dropSubs()
 }
 
-// restart brings the node back, with its data (persistence) or without.
-func (n *simNode) restart(keepData bool) {
+// restart brings the node back, with its data (persistence) or without;
+// lose, if not nil, names keys that the restart loses all the same (the
+// writes of the last second before the crash, with appendfsync everysec).
+func (n *simNode) restart(keepData bool, lose func(key string) bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.up = true
@@ -192,6 +220,32 @@ func (n *simNode) restart(keepData bool) {
 	if !keepData {
 		n.data = map[string]simValue{}
 	}
+	for k := range n.data {
+		if lose != nil && lose(k) {
+			delete(n.data, k)
+		}
+	}
+}
+
+// setFull puts the node at maxmemory, or takes it back below.
+func (n *simNode) setFull(full bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.full = full
+}
+
+// errSimOOM is the reply of a node at maxmemory to a command that may grow
+// memory (SET, ZADD, HSET), or to a script whose first write is one.
+var errSimOOM = driver.ReplyError("OOM command not allowed when used memory > 'maxmemory'.")
+
+// grow is asked before a write that may grow memory: on a full node it
+// fails, and a script that asks it before any other write fails whole, as
+// Redis checks a script without a shebang at its first write.
+func (n *simNode) grow() error {
+	if n.full {
+		return errSimOOM
+	}
+	return nil
 }
 
 var errSimDown = errors.New("sim: connection refused")
@@ -204,6 +258,9 @@ func (n *simNode) exec(cmd string, args []any) (any, error) {
 	}
 	switch cmd {
 	case "SET": // key value NX PX ms
+		if err := n.grow(); err != nil {
+			return nil, err // checked before the command runs, NX or not
+		}
 		if _, held := n.get(str(args[0])); held {
 			return nil, nil
 		}
@@ -250,6 +307,9 @@ func (n *simNode) script(hash string, ka []any) (any, error) {
 		}
 		return int64(0), nil
 	case acquireFencedScript.hash:
+		if err := n.grow(); err != nil {
+			return nil, err // its first write is SET
+		}
 		if _, held := n.get(key); held {
 			return nil, nil
 		}
@@ -264,6 +324,9 @@ func (n *simNode) script(hash string, ka []any) (any, error) {
 		counter, _ := n.get(str(ka[1]))
 		if c, _ := strconv.ParseInt(counter, 10, 64); c >= num(ka[3]) {
 			return int64(2), nil
+		}
+		if err := n.grow(); err != nil {
+			return nil, err
 		}
 		n.data[str(ka[1])] = simValue{v: strconv.FormatInt(num(ka[3]), 10)}
 		return int64(1), nil
@@ -405,11 +468,48 @@ type simPool struct {
 	w     *simWorld
 	node  int
 	link  *simLink
-	clock *simClock // the Client's
+	proc  *simProcess // the Client's
+	clock *simClock   // the Client's
+}
+
+// A simProcess is what the pools of one Client share: its process, which
+// a pause freezes, and the unsafe port's memory.
+type simProcess struct {
+	mu    sync.Mutex
+	until time.Time // frozen until then
+
+	announced []atomic.Bool // noticeVotes: node announced a release to this Client since its last acquisition there
+	presumed  sync.Map      // noticeVotes: "node token" → true: an acquisition the port turned into agreement
+}
+
+// freeze pauses the process for d: while it lasts, nothing the Client sends
+// leaves it, and a command whose deadline passed meanwhile is never sent, as
+// a paused process's would time out when it wakes.
+func (p *simProcess) freeze(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if end := time.Now().Add(d); end.After(p.until) {
+		p.until = end
+	}
 }
 
 func (p simPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
 	w := p.w
+	p.proc.mu.Lock()
+	wait := time.Until(p.proc.until)
+	p.proc.mu.Unlock()
+	if wait > 0 {
+		time.Sleep(wait)
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			return errSimTimeout
+		}
+	}
+	if w.cfg.unsafe.skipRelease && simCallEnded(ctx) && simReleases(cmds) {
+		// The unsafe variant: a release whose caller's context had ended
+		// is never sent.
+		w.tracef("link %p to node %d: release dropped, its caller's context had ended", p.link, p.node)
+		return context.Canceled
+	}
 	w.batches.Add(1)
 	if n := int64(len(cmds)); n > 1 {
 		w.multi.Add(1)
@@ -440,7 +540,68 @@ func (p simPool) Exec(ctx context.Context, cmds []driver.Command, replies []driv
 		return err
 	}
 	copy(replies, got)
+	if w.cfg.unsafe.noticeVotes {
+		p.presume(cmds, replies)
+	}
 	return nil
+}
+
+// presume is the unsafe variant that counts release announcements as votes,
+// done at the port so that the library carries no switch for it: on a node
+// that announced a release to this Client since the Client's last
+// acquisition there, a refused acquisition reads as agreement, and so does
+// the refused fencing round that follows it.
+func (p simPool) presume(cmds []driver.Command, replies []driver.Reply) {
+	for i, c := range cmds {
+		if c.Name != "SET" && c.Name != "EVALSHA" && c.Name != "EVAL" {
+			continue
+		}
+		h := simScriptHash(c)
+		switch {
+		case c.Name == "SET" || h == acquireFencedScript.hash:
+			if !p.proc.announced[p.node].Swap(false) || replies[i].Err != nil || replies[i].Value != nil {
+				continue
+			}
+			token := str(c.Args[1])
+			if h != "" {
+				token = str(c.Args[4])
+			}
+			p.proc.presumed.Store(fmt.Sprint(p.node, token), true)
+			if c.Name == "SET" {
+				replies[i].Value = "OK"
+			} else {
+				replies[i].Value = int64(0)
+			}
+		case h == raiseFenceScript.hash:
+			if _, ok := p.proc.presumed.Load(fmt.Sprint(p.node, str(c.Args[4]))); ok && replies[i].Err == nil && replies[i].Value == int64(0) {
+				replies[i].Value = int64(1)
+			}
+		}
+	}
+}
+
+// simScriptHash is the hash of the script that c runs, or "".
+func simScriptHash(c driver.Command) string {
+	switch c.Name {
+	case "EVALSHA":
+		return str(c.Args[0])
+	case "EVAL":
+		h := sha1.Sum([]byte(str(c.Args[0])))
+		return hex.EncodeToString(h[:])
+	}
+	return ""
+}
+
+// simReleases reports whether cmds release a hold: the release scripts of
+// the four primitives.
+func simReleases(cmds []driver.Command) bool {
+	for _, c := range cmds {
+		switch simScriptHash(c) {
+		case releaseScript.hash, semReleaseScript.hash, rwUnlockScript.hash, rwRUnlockScript.hash:
+			return true
+		}
+	}
+	return false
 }
 
 // How a call's context ends.
@@ -453,6 +614,7 @@ const (
 	ctxBetween          // cancelled between the rounds of a fenced acquisition
 	ctxShort            // a deadline 0.1 to 4 ms away
 	ctxLong             // a deadline 5 ms to two ttls away
+	ctxDone             // a release's context that ended before the call (simConfig.releaseEnded)
 )
 
 // ctxOdds are the odds of each kind in percent, on any network and on a
@@ -464,6 +626,21 @@ var ctxOdds = [...][2]int{
 	ctxBetween:  {10, 20},
 	ctxShort:    {10, 0},
 	ctxLong:     {10, 0},
+	ctxDone:     {0, 0}, // drawn apart, for releases only
+}
+
+// A simCall marks a call's context, so that the port can tell whether the
+// caller's context had ended (the core detaches node calls from the
+// caller's cancellation but keeps its values).
+type simCallKey struct{}
+
+type simCall struct{ ctx context.Context }
+
+// simCallEnded reports whether the context of the call that sends on ctx
+// has ended.
+func simCallEnded(ctx context.Context) bool {
+	c, ok := ctx.Value(simCallKey{}).(*simCall)
+	return ok && c.ctx.Err() != nil
 }
 
 type simCancelKey struct{}
@@ -529,11 +706,23 @@ func (c *simClock) Now() time.Time {
 
 // callCtx returns the context for one call, drawn from rng, its kind, and a
 // function that ends it once the call has returned.
-func (cfg simConfig) callCtx(rng *rand.Rand) (context.Context, ctxKind, context.CancelFunc) {
+func (cfg simConfig) callCtx(rng *rand.Rand, release bool) (context.Context, ctxKind, context.CancelFunc) {
+	call := &simCall{}
+	bg := context.WithValue(context.Background(), simCallKey{}, call)
+	ctx, kind, cancel := cfg.drawCtx(rng, bg, release)
+	call.ctx = ctx
+	return ctx, kind, cancel
+}
+
+func (cfg simConfig) drawCtx(rng *rand.Rand, bg context.Context, release bool) (context.Context, ctxKind, context.CancelFunc) {
+	if release && rng.Float64() < cfg.releaseEnded {
+		ctx, cancel := context.WithCancel(bg)
+		cancel() // the request that held the lock is over: defer l.Unlock(ctx)
+		return ctx, ctxDone, cancel
+	}
 	quanta := func(lo, hi time.Duration) time.Duration { // uniform in [lo, hi], in steps of simQuantum
 		return lo + time.Duration(rng.Int64N(int64((hi-lo)/simQuantum)+1))*simQuantum
 	}
-	bg := context.Background()
 	kind, x := ctxNever, rng.IntN(100)
 	for k, odds := range ctxOdds {
 		o := odds[0]
@@ -566,431 +755,4 @@ func (cfg simConfig) callCtx(rng *rand.Rand) (context.Context, ctxKind, context.
 	}
 	ctx, cancel := context.WithCancel(bg)
 	return ctx, ctxNever, cancel
-}
-
-// A grant is one lock as its holder saw it.
-type grant struct {
-	worker  int
-	token   uint64
-	value   string    // the lock's random token, as the nodes hold it
-	granted time.Time // when Lock returned
-	end     time.Time // the latest Until the holder saw, cut at the start of Unlock
-}
-
-// simResource is the guarded resource: it accepts a write unless its token
-// is lower than the highest it has accepted. It records the grant index of
-// each write it accepted, for the checker.
-type simResource struct {
-	mu       sync.Mutex
-	highest  uint64
-	accepted []int
-}
-
-func (r *simResource) write(token uint64, grantIndex int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if token < r.highest {
-		return
-	}
-	r.highest = token
-	r.accepted = append(r.accepted, grantIndex)
-}
-
-// simRun is the outcome of one schedule.
-type simRun struct {
-	grants     []grant
-	accepted   []int
-	violations []string
-
-	calls, ctxEnded                [len(ctxOdds)]int // client calls by context kind, and those that failed with their context's error
-	batches, multi, inMulti, maxEx int               // Exec calls, those of 2+ commands, the commands in them, the largest
-	woken, wokenWon                int               // attempts started by a release announcement, and those that won
-	events                         []string
-}
-
-// runSchedule plays one schedule inside a synctest bubble.
-func runSchedule(t *testing.T, cfg simConfig) simRun {
-	var run simRun
-	synctest.Test(t, func(t *testing.T) {
-		w := &simWorld{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, 1)),
-			tracing: os.Getenv("REDLOCK_SIM_TRACE") != "", start: time.Now()}
-		defer func() { run.events = w.events }()
-		faults := rand.New(rand.NewPCG(cfg.seed, 2)) // the fault schedule, from the seed alone
-		for range cfg.nodes {
-			n := newSimNode(cfg.clockRate)
-			n.world = w
-			w.nodes = append(w.nodes, n)
-		}
-		var wakes simWakes
-
-		var (
-			mu       sync.Mutex
-			resource simResource
-			running  atomic.Int32
-			wg       sync.WaitGroup
-			broken   []string // calls that returned an error the API does not document for them
-		)
-		record := func(g grant) int {
-			mu.Lock()
-			defer mu.Unlock()
-			run.grants = append(run.grants, g)
-			return len(run.grants) - 1
-		}
-		setEnd := func(i int, end time.Time) {
-			mu.Lock()
-			defer mu.Unlock()
-			if end.Before(run.grants[i].end) {
-				run.grants[i].end = end
-			}
-		}
-		raiseEnd := func(i int, until time.Time) {
-			mu.Lock()
-			defer mu.Unlock()
-			if until.After(run.grants[i].end) {
-				run.grants[i].end = until
-			}
-		}
-		// call runs one client call with a context of its own, and checks
-		// that an error is one the call documents.
-		call := func(rng *rand.Rand, id int, op string, f func(context.Context) error, documented ...error) error {
-			ctx, kind, cancel := cfg.callCtx(rng)
-			w.tracef("worker %d: %s begins, context %d", id, op, kind)
-			err := f(ctx)
-			w.tracef("worker %d: %s returns %v", id, op, err)
-			cancel()
-			mu.Lock()
-			defer mu.Unlock()
-			run.calls[kind]++
-			if err == nil {
-				return nil
-			}
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				run.ctxEnded[kind]++
-			}
-			for _, d := range documented {
-				if errors.Is(err, d) {
-					return err
-				}
-			}
-			if len(documented) > 0 {
-				broken = append(broken, fmt.Sprintf("%s: undocumented error %v", op, err))
-			}
-			return err
-		}
-
-		var clients []*Client
-		for c := range cfg.clients {
-			pools := make([]Pool, cfg.nodes)
-			clock := &simClock{}
-			for i := range pools {
-				pools[i] = simPool{w: w, node: i, link: &simLink{}, clock: clock}
-			}
-			client, err := New(pools, WithFencing(), WithNodeTimeout(simNodeTimeout), WithClock(clock),
-				WithTries(8), WithRetryDelay(10*time.Millisecond, 100*time.Millisecond), WithObserver(&wakes))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cfg.noticeVotes {
-				unsafeNoticeVotes(t, client)
-			}
-			clients = append(clients, client)
-			for k := range cfg.workers {
-				id := c*cfg.workers + k
-				rng := rand.New(rand.NewPCG(cfg.seed, uint64(100+id)))
-				running.Add(1)
-				wg.Go(func() {
-					defer running.Add(-1)
-					for range cfg.cycles {
-						var l *Lock
-						var err error
-						try := rng.IntN(3) == 0
-						if call(rng, id, "Lock", func(ctx context.Context) error {
-							if try {
-								l, err = client.TryLock(ctx, simKey, cfg.ttl)
-							} else {
-								l, err = client.Lock(ctx, simKey, cfg.ttl)
-							}
-							return err
-						}, ErrNotObtained) != nil {
-							continue
-						}
-						idx := record(grant{worker: id, token: l.Token(), value: l.Value(), granted: time.Now(), end: l.Until()})
-						// Half the holders extend: up to half a ttl into
-						// their hold, or after they stall, if they do.
-						extend := func() {
-							_ = call(rng, id, "Extend", func(ctx context.Context) error { return l.Extend(ctx, cfg.ttl) },
-								ErrNotObtained, ErrExpired)
-							raiseEnd(idx, l.Until())
-						}
-						extendAt := rng.IntN(4)
-						if extendAt == 0 {
-							time.Sleep(time.Duration(rng.Int64N(int64(cfg.ttl / 2))))
-							extend()
-						}
-						if rng.Float64() < cfg.pauseRate {
-							time.Sleep(cfg.ttl * 2) // a GC pause: the write below comes late
-						} else {
-							time.Sleep(time.Duration(rng.Int64N(int64(cfg.ttl / 4))))
-						}
-						if extendAt == 1 {
-							extend()
-						}
-						resource.write(l.Token(), idx)
-						setEnd(idx, time.Now())
-						// A holder whose Unlock failed (its context ended
-						// first, say) releases again, as chaosLoad does.
-						if call(rng, id, "Unlock", l.Unlock, ErrExpired, ErrLockLost, errNotReleased) != nil {
-							_ = l.Unlock(context.Background())
-						}
-					}
-				})
-			}
-		}
-
-		// The fault schedule: crash a node, keep it down a while, restart it.
-		wg.Go(func() {
-			for c := 0; c < cfg.crashes && running.Load() > 0; c++ {
-				time.Sleep(time.Duration(faults.Int64N(int64(cfg.ttl))))
-				n := w.nodes[faults.IntN(cfg.nodes)]
-				n.crash()
-				time.Sleep(time.Duration(faults.Int64N(int64(cfg.ttl / 2))))
-				n.restart(!cfg.amnesia)
-			}
-		})
-		wg.Wait()
-		// Virtual time stops when this function returns: first let the node
-		// calls left in the background, and their messages, run out.
-		for _, c := range clients {
-			c.calls.Wait()
-			if err := c.Close(); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-		}
-		w.wires.Wait()
-		run.woken, run.wokenWon = int(wakes.attempts.Load()), int(wakes.won.Load())
-		run.accepted = resource.accepted
-		run.violations = append(run.violations, broken...)
-		if cfg.clean {
-			run.violations = append(run.violations, leftBehind(w.nodes, run.grants)...)
-		}
-		run.batches, run.multi, run.inMulti = int(w.batches.Load()), int(w.multi.Load()), int(w.inMulti.Load())
-		run.maxEx = int(w.maxBatch.Load())
-	})
-	run.violations = append(run.violations, check(run)...)
-	return run
-}
-
-// leftBehind is the liveness check of a clean network, run once every worker
-// has stopped and every message has landed: no node may still hold the key,
-// since every lock was unlocked; and no key may have lived until its ttl
-// unless it was a granted lock's (whose holder may have stalled past it).
-// A key left by a lost acquisition, such as a fenced Lock whose context ended
-// between its rounds and never released round 1's majority, fails it.
-func leftBehind(nodes []*simNode, grants []grant) []string {
-	granted := map[string]bool{}
-	for _, g := range grants {
-		granted[g.value] = true
-	}
-	var v []string
-	for i, n := range nodes {
-		n.mu.Lock()
-		if val, held := n.get(simKey); held {
-			v = append(v, fmt.Sprintf("liveness: node %d still holds %s (granted: %v) after every worker unlocked and stopped",
-				i, val, granted[val]))
-		}
-		for _, val := range n.expired {
-			if !granted[val] {
-				v = append(v, fmt.Sprintf("liveness: node %d kept %s, from an acquisition that was not granted, until its ttl", i, val))
-			}
-		}
-		n.mu.Unlock()
-	}
-	return v
-}
-
-// check is the independent checker. It knows nothing of the protocol: only
-// what the workers saw and what the resource accepted.
-func check(run simRun) []string {
-	var v []string
-	byTime := slices.Clone(run.grants)
-	slices.SortStableFunc(byTime, func(a, b grant) int { return a.granted.Compare(b.granted) })
-	latest := 0 // the grant before i whose validity ends last
-	for i := 1; i < len(byTime); i++ {
-		prev, cur := byTime[latest], byTime[i]
-		if cur.granted.Before(prev.end) {
-			v = append(v, fmt.Sprintf("overlap: worker %d granted at %v while worker %d held until %v",
-				cur.worker, cur.granted.Format(time.StampMicro), prev.worker, prev.end.Format(time.StampMicro)))
-		}
-		if last := byTime[i-1]; cur.token <= last.token {
-			v = append(v, fmt.Sprintf("token order: worker %d got %d after worker %d got %d",
-				cur.worker, cur.token, last.worker, last.token))
-		}
-		if cur.end.After(prev.end) {
-			latest = i
-		}
-	}
-	// Grants were recorded in the order Lock returned; accepted writes must
-	// never go back to an older grant.
-	for i := 1; i < len(run.accepted); i++ {
-		if run.accepted[i] < run.accepted[i-1] {
-			v = append(v, fmt.Sprintf("stale write accepted: grant %d after grant %d",
-				run.accepted[i], run.accepted[i-1]))
-		}
-	}
-	return v
-}
-
-// simSchedules returns the first seed and the number of schedules to run:
-// fast by default, REDLOCK_SIM_SCHEDULES for the full run.
-func simSchedules(t *testing.T, fast int) (base uint64, n int) {
-	n = fast
-	if s := os.Getenv("REDLOCK_SIM_SCHEDULES"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil || n < 1 {
-			t.Fatalf("REDLOCK_SIM_SCHEDULES=%q: want a positive count", s)
-		}
-	}
-	base = uint64(time.Now().UnixNano())
-	if s := os.Getenv("REDLOCK_SIM_SEED"); s != "" {
-		var err error
-		if base, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("REDLOCK_SIM_SEED: %v", err)
-		}
-	}
-	return base, n
-}
-
-// forSchedules runs n schedules, seeds base to base+n-1, spread over one
-// worker per CPU, and calls check with each result. check must be safe for
-// concurrent use.
-func forSchedules(t *testing.T, base uint64, n int, amnesia bool, check func(*testing.T, simConfig, simRun)) {
-	forSchedulesWith(t, base, n, amnesia, nil, check)
-}
-
-// forSchedulesWith is forSchedules with tweak, if not nil, applied to each
-// schedule's configuration.
-func forSchedulesWith(t *testing.T, base uint64, n int, amnesia bool, tweak func(*simConfig), check func(*testing.T, simConfig, simRun)) {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	rep := newSimProgress(t.Name(), n) // nil, silent, unless REDLOCK_SIM_SCHEDULES is set
-	defer rep.finish()
-	t.Run("schedules", func(t *testing.T) {
-		for w := range workers {
-			t.Run(fmt.Sprint("worker", w), func(t *testing.T) {
-				t.Parallel()
-				for i := w; i < n; i += workers {
-					cfg := drawConfig(base+uint64(i), amnesia)
-					if amnesia {
-						cfg.crashes = cfg.nodes * 3 // many restarts, so that a majority forgets
-					}
-					if tweak != nil {
-						tweak(&cfg)
-					}
-					run := runSchedule(t, cfg)
-					rep.schedule(len(run.violations))
-					check(t, cfg, run)
-				}
-			})
-		}
-	})
-}
-
-// simDefaultSchedules is the fast subset that go test runs, for each of the
-// two tests below.
-const simDefaultSchedules = 300
-
-// Under the stated assumptions (nodes keep their data across restarts, node
-// clocks within the drift factor), no schedule violates any property.
-func TestSimulation(t *testing.T) {
-	base, n := simSchedules(t, simDefaultSchedules)
-	t.Logf("seeds %d..%d (replay one with REDLOCK_SIM_SEED=<seed> REDLOCK_SIM_SCHEDULES=1)", base, base+uint64(n)-1)
-	var (
-		mu                                sync.Mutex
-		grants, writes, clean             int
-		calls, ctxEnded                   [len(ctxOdds)]int
-		batches, multi, inMulti, maxBatch int
-		woken, wokenWon                   int
-	)
-	start := time.Now()
-	forSchedules(t, base, n, false, func(t *testing.T, cfg simConfig, run simRun) {
-		mu.Lock()
-		grants += len(run.grants)
-		writes += len(run.accepted)
-		if cfg.clean {
-			clean++
-		}
-		for k := range calls {
-			calls[k] += run.calls[k]
-			ctxEnded[k] += run.ctxEnded[k]
-		}
-		batches += run.batches
-		multi += run.multi
-		inMulti += run.inMulti
-		maxBatch = max(maxBatch, run.maxEx)
-		woken += run.woken
-		wokenWon += run.wokenWon
-		mu.Unlock()
-		if len(run.violations) > 0 {
-			if run.events != nil {
-				t.Logf("seed %d, events:\n%s", cfg.seed, strings.Join(run.events, "\n"))
-			}
-			t.Fatalf("seed %d (%+v): %d violations, first: %s", cfg.seed, cfg, len(run.violations), run.violations[0])
-		}
-	})
-	t.Logf("%d schedules (%d on a clean network) in %v: %d locks granted, %d writes accepted, %d stale writes rejected, 0 violations",
-		n, clean, time.Since(start).Round(time.Second), grants, writes, grants-writes)
-	t.Logf("client calls by context (ended by it): never %d, timer %d (%d), on an answer %d (%d), between rounds %d (%d), short deadline %d (%d), long deadline %d (%d)",
-		calls[ctxNever], calls[ctxTimer], ctxEnded[ctxTimer], calls[ctxOnAnswer], ctxEnded[ctxOnAnswer],
-		calls[ctxBetween], ctxEnded[ctxBetween], calls[ctxShort], ctxEnded[ctxShort], calls[ctxLong], ctxEnded[ctxLong])
-	t.Logf("%d batches sent, %d of 2 or more commands (%d commands, at most %d in one)", batches, multi, inMulti, maxBatch)
-	t.Logf("%d attempts woken by a release announcement, %d of them won", woken, wokenWon)
-	if grants == 0 {
-		t.Fatal("no lock was ever granted: the simulation exercised nothing")
-	}
-	if n < simDefaultSchedules {
-		return
-	}
-	// About six locks are granted per schedule. Far fewer means the
-	// protocol refuses what it should grant, which no safety property
-	// shows (ignoring the nodes' counters does that: every token is 1, and
-	// round 2 refuses each after the first).
-	if grants < 2*n {
-		t.Errorf("%d locks granted in %d schedules: fewer than 2 a schedule", grants, n)
-	}
-	if multi == 0 {
-		t.Errorf("no multi-command batch in %d schedules: the pipes' batching went unexercised", n)
-	}
-	if wokenWon == 0 {
-		t.Errorf("no woken attempt won in %d schedules: wake-up on release went unexercised", n)
-	}
-	for k := ctxTimer; k < ctxKind(len(ctxOdds)); k++ {
-		if ctxEnded[k] == 0 {
-			t.Errorf("no call ended by a context of kind %d in %d schedules", k, n)
-		}
-	}
-}
-
-// With the persistence assumption broken on purpose (nodes restart empty and
-// at once), the checker must find violations: proof that it can fail.
-func TestSimulationCatchesAmnesia(t *testing.T) {
-	base, n := simSchedules(t, simDefaultSchedules)
-	var (
-		mu      sync.Mutex
-		found   int
-		example string
-	)
-	forSchedules(t, base, n, true, func(t *testing.T, cfg simConfig, run simRun) {
-		if len(run.violations) == 0 {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		found++
-		if example == "" {
-			example = fmt.Sprintf("seed %d: %s", cfg.seed, run.violations[0])
-		}
-	})
-	t.Logf("%d of %d schedules with amnesiac restarts violated a property; e.g. %s", found, n, example)
-	if found == 0 {
-		t.Fatalf("no violation found in %d schedules with amnesiac restarts: the checker cannot fail", n)
-	}
 }

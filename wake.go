@@ -255,18 +255,15 @@ func (w *waker) close(limit time.Duration) bool {
 	return w.runs.wait(limit)
 }
 
-// arm starts an attempt: announcements count from here on. It returns the
-// nodes announced since the last arm (for the unsafe variant's test).
-func (wt *waiter) arm() (announced uint64) {
+// arm starts an attempt: announcements count from here on.
+func (wt *waiter) arm() {
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
-	announced = wt.freed
 	wt.settled, wt.freed, wt.free = false, 0, 0
 	select {
 	case <-wt.wake:
 	default:
 	}
-	return announced
 }
 
 // settle ends a failed attempt that held the nodes in held before it let

@@ -116,17 +116,16 @@ type kit struct{ a Adapter }
 // REDLOCK_REQUIRE_DOCKER or REDLOCK_REQUIRE_REDIS set it fails instead.
 func requireRedis(t testing.TB, cluster bool) {
 	t.Helper()
-	ok, why := redistest.Available()
-	if ok && cluster {
-		ok, why = redistest.ClusterAvailable()
-	}
-	if ok {
+	redistest.Require(t)
+	if !cluster {
 		return
 	}
-	if os.Getenv("REDLOCK_REQUIRE_DOCKER") == "1" || os.Getenv("REDLOCK_REQUIRE_REDIS") == "1" {
-		t.Fatal(why)
+	if ok, why := redistest.ClusterAvailable(); !ok {
+		if os.Getenv(redistest.RequireDockerEnv) == "1" || os.Getenv(redistest.RequireServerEnv) == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
 	}
-	t.Skip(why)
 }
 
 // start starts n plain servers with extra arguments.

@@ -184,6 +184,9 @@ func runDemo(ctx context.Context, cfg demoConfig, out io.Writer) (demoSummary, e
 		}
 		wg.Go(func() {
 			defer closePools(pools)
+			// Close ends the Client's release subscriptions (wake-up),
+			// which would otherwise outlive the demo until they idle out.
+			defer client.Close()
 			w.loop(ctx, client, cfg.ttl, guard, p, &acquisitions, &lost)
 		})
 	}

@@ -79,9 +79,7 @@ func aof(t *testing.T, fsync string) []string {
 // until user (or the default user, for "") can log in with password.
 func startAuth(t *testing.T, user, password string, extra ...string) *redistest.Server {
 	t.Helper()
-	if ok, why := redistest.Available(); !ok {
-		t.Skip(why)
-	}
+	redistest.Require(t)
 	s := redistest.StartOnPort(t, redistest.FreePort(t), extra...)
 	opts := []redis.DialOption{redis.DialPassword(password)}
 	if user != "" {

@@ -260,9 +260,7 @@ func TestRunUnreachableNodes(t *testing.T) {
 }
 
 func TestRunPasswordFromEnvironment(t *testing.T) {
-	if ok, why := redistest.Available(); !ok {
-		t.Skip(why)
-	}
+	redistest.Require(t)
 	servers := make([]*redistest.Server, 3)
 	for i := range servers {
 		servers[i] = redistest.StartOnPort(t, redistest.FreePort(t),

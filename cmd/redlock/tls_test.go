@@ -12,9 +12,7 @@ import (
 )
 
 func TestRunTLS(t *testing.T) {
-	if ok, why := redistest.Available(); !ok {
-		t.Skip(why)
-	}
+	redistest.Require(t)
 	// The certificate names redis.test only, not the address the nodes
 	// listen on.
 	f := redistest.GenerateTLSFor(t, "redis.test")

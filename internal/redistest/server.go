@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -34,15 +35,35 @@ func Available() (ok bool, why string) {
 	return true, ""
 }
 
+// RequireServerEnv names the environment variable that, like
+// RequireDockerEnv, turns a missing redis-server from a skip into a failure.
+// make test sets RequireDockerEnv, which counts for both.
+const RequireServerEnv = "REDLOCK_REQUIRE_REDIS"
+
+// Require skips t, saying why, when no redis-server is on PATH (go test
+// -short on a machine without one, say), or fails it instead when
+// $REDLOCK_REQUIRE_REDIS or $REDLOCK_REQUIRE_DOCKER is 1, as make test sets
+// it: a suite that needs real nodes never passes by skipping them there.
+func Require(t testing.TB) {
+	t.Helper()
+	ok, why := Available()
+	if ok {
+		return
+	}
+	if os.Getenv(RequireServerEnv) == "1" || os.Getenv(RequireDockerEnv) == "1" {
+		t.Fatalf("%s (%s=1 or %s=1, as make test sets, requires one)", why, RequireServerEnv, RequireDockerEnv)
+	}
+	t.Skipf("%s (set %s=1 to fail instead)", why, RequireServerEnv)
+}
+
 // Start launches redis-server on a free loopback port with persistence off,
 // plus any extra arguments (for example "--requirepass", "x"), and waits until
 // it answers PING. The process is killed when t ends. If extra configures TLS
-// only (--port 0), use StartOnPort and wait for readiness yourself.
+// only (--port 0), use StartOnPort and wait for readiness yourself. Without
+// a redis-server, it skips or fails t as Require does.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	if ok, why := Available(); !ok {
-		t.Skip(why)
-	}
+	Require(t)
 	s := StartOnPort(t, FreePort(t), extra...)
 	if err := s.WaitReady(5 * time.Second); err != nil {
 		t.Fatalf("redis-server on %s: %v\n%s", s.Addr, err, s.out.String())
@@ -50,9 +71,11 @@ func Start(t testing.TB, extra ...string) *Server {
 	return s
 }
 
-// StartOnPort launches redis-server listening on port without waiting for it.
+// StartOnPort launches redis-server listening on port without waiting for
+// it. Without a redis-server, it skips or fails t as Require does.
 func StartOnPort(t testing.TB, port int, extra ...string) *Server {
 	t.Helper()
+	Require(t)
 	args := append([]string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
