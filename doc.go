@@ -63,7 +63,7 @@
 // observe.Slog, or the .../otel module) reports every attempt, node answer,
 // acquisition, extension, loss and release; Client.Close ends waiting calls,
 // leaderships and Do loops, and waits for the releases left running in the
-// background, two node timeouts at most (three while an RWMutex waits).
+// background, three node timeouts at most (ordinarily two).
 // Releases are always sent, whatever
 // the caller's ctx.
 //

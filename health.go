@@ -120,11 +120,13 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 // Close then waits for the node calls that are still running, including
 // those no caller waits for (the releases Unlock left for slow nodes),
 // so that a program that exits right after Close leaves no key behind.
-// Close returns within two node timeouts: the releases it sends, and the
-// calls in flight, end within one; the undo of an attempt that those
-// calls lose, within one more. An RWMutex's waiting Lock or RLock then
-// removes its wait mark from the nodes (it would hold readers back for its
-// whole ttl otherwise): three node timeouts when one waits. If calls are
+// Close returns within three node timeouts. Ordinarily it takes two at
+// most: the releases it sends, and the calls in flight, end within one; the
+// undo of an attempt that those calls lose, within one more. An RWMutex's
+// waiting Lock or RLock then removes its wait mark from the nodes (it would
+// hold readers back for its whole ttl otherwise), within a third; and the
+// simulation (faulty links, paused processes) sees a mutex's calls outlast
+// two in some schedules, so three is the bound Close keeps. If calls are
 // still running then, it returns an error wrapping ErrNodeTimeout;
 // otherwise nil. Close does not close the
 // pools: they belong to the caller. It is safe to call more than once; a

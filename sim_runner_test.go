@@ -521,9 +521,10 @@ func (e *simEnv) faults() {
 			if err != nil && !errors.Is(err, ErrNodeTimeout) {
 				e.broken = append(e.broken, fmt.Sprintf("Close: undocumented error %v", err))
 			}
-			// Two node timeouts, and the 1 ms by which the wait for calls
-			// in flight, which polls, may pass its end (inflight.wait).
-			if bound := 2*simNodeTimeout + time.Millisecond; took > bound {
+			// Close's bound, three node timeouts, and the 1 ms by which the
+			// wait for calls in flight, which polls, may pass its end
+			// (inflight.wait).
+			if bound := 3*simNodeTimeout + time.Millisecond; took > bound {
 				e.broken = append(e.broken, fmt.Sprintf("Close took %v, beyond its bound of %v", took, bound))
 			}
 		})
