@@ -255,6 +255,12 @@ func (n *node) send(ctx context.Context, deadline time.Time, lane int, unsent *a
 	reply, err := classify(c.reply)
 	p.recycle(c)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// The only deadline the driver had that ctx does not carry is
+			// the node's: a driver that enforces it a little early (rueidis
+			// does) has still timed out.
+			err = ErrNodeTimeout
+		}
 		return nil, n.fail(err, deadline)
 	}
 	return reply, nil
