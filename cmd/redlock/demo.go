@@ -65,6 +65,10 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "redlock demo: unexpected argument %q (demo takes flags only)\n", fs.Arg(0))
+		return exitUsage
+	}
 	if err := cfg.check(); err != nil {
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
 		return exitUsage

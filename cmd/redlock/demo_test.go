@@ -104,6 +104,10 @@ func TestDemoFlags(t *testing.T) {
 		{"-duration", "2s"}, // too short for nodes to stay down over two ttls
 		{"-ttl", "10ms"},
 		{"-bogus"},
+		// A stray argument, and the flags after it that flag parsing would
+		// drop, is an error, not a demo without its --svg (as for doctor
+		// and status). The run it would start is short.
+		{"-ttl", "100ms", "-duration", "2s", "out.svg", "-svg", "out.svg"},
 	} {
 		var stderr strings.Builder
 		if code := dispatch(append([]string{"demo"}, args...), nil, io.Discard, &stderr); code != exitUsage {
