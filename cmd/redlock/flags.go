@@ -111,6 +111,10 @@ func parseNodes(list string) ([]string, error) {
 		if err != nil || host == "" || port == "" {
 			return nil, fmt.Errorf("node %q: want host:port", addr)
 		}
+		if n, err := strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
+			// A typo, not a node that is down: bad usage, not exit 69.
+			return nil, fmt.Errorf("node %q: port %d is not 1 to 65535", addr, n)
+		}
 		if seen[addr] {
 			return nil, fmt.Errorf("node %s is listed twice; each must be an independent master", addr)
 		}

@@ -210,6 +210,8 @@ func TestRunBadUsage(t *testing.T) {
 		{"bad node", []string{"--nodes", "localhost", "--key", "k", cmd, "true"}, none, "want host:port"},
 		{"bad env node", []string{"--key", "k", cmd, "true"}, env(map[string]string{envNodes: "a:1,b"}), `node "b"`},
 		{"node twice", []string{"--nodes", "a:1,b:1,a:1", "--key", "k", cmd, "true"}, none, "listed twice"},
+		{"port out of range", []string{"--nodes", "127.0.0.1:6379,127.0.0.1:99999", "--key", "k", cmd, "true"}, none, `node "127.0.0.1:99999": port 99999`},
+		{"port zero", []string{"--nodes", "127.0.0.1:0", "--key", "k", cmd, "true"}, none, `node "127.0.0.1:0": port 0`},
 		{"no key", []string{"--nodes", "a:1", cmd, "true"}, none, "--key is required"},
 		{"no command", []string{"--nodes", "a:1", "--key", "k"}, none, "no command"},
 		{"bad ttl", []string{"--nodes", "a:1", "--key", "k", "--ttl", "0s", cmd, "true"}, none, "--ttl"},
