@@ -233,6 +233,12 @@ func readKey(p *redigo.Pool, cfg *statusConfig) keyStatus {
 	} else {
 		s.ttlErr = fmt.Errorf("unexpected reply to PTTL: %v", v)
 	}
+	if s.held && s.ttlErr == nil && s.pttl == -1 && strings.HasPrefix(key, keys.DefaultFencePrefix) {
+		// A fencing counter is a string too, but one without a ttl,
+		// which a lock's key always has: not a lock held forever.
+		s.held, s.token, s.other = false, "", kindOf(key, "string")
+		return s
+	}
 	if v, err := replyValue(replies[2]); err != nil {
 		s.fenErr = err
 	} else if v != nil {

@@ -102,3 +102,27 @@ func TestStatusJSON(t *testing.T) {
 		}
 	}
 }
+
+// status on a fencing counter says it is one. A counter is a string
+// without a ttl on every node that saw a fenced lock, so read as a lock
+// it looked held by a majority, by a token of one digit.
+func TestStatusOnFencingCounter(t *testing.T) {
+	t.Parallel()
+	servers := redistest.StartN(t, 3)
+	client := lockClient(t, servers, redlock.WithFencing())
+	ctx := context.Background()
+	l, err := client.Lock(ctx, "report", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, l, 3)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r := cli(nil, "status", "--nodes", nodesFlag(servers), "--key", fenceKey("report"))
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	has(t, r.verdictLine(t), "not a lock: on 3 of 3 nodes the key is a fencing counter")
+}
