@@ -88,7 +88,21 @@ func runMain(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlock run: %v\n", err)
 		return exitUsage
 	}
+	// Before the nodes: a CMD that cannot run would otherwise wait out
+	// --wait, or take the lock from others, only to exit 127.
+	if _, err := exec.LookPath(cfg.argv[0]); err != nil {
+		fmt.Fprintf(stderr, "redlock run: %v\n", err)
+		return startExit(err)
+	}
 	return runLocked(cfg, stderr)
+}
+
+// startExit is the exit code for a CMD that could not be started, as in sh.
+func startExit(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return exitNotFound
+	}
+	return exitCannotExec
 }
 
 func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*runConfig, error) {
@@ -250,10 +264,7 @@ func runLocked(cfg *runConfig, stderr io.Writer) int {
 		return exitNotAcquired
 	case child.startErr != nil:
 		logf("%v", child.startErr)
-		if errors.Is(child.startErr, exec.ErrNotFound) || errors.Is(child.startErr, os.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotExec
+		return startExit(child.startErr)
 	case errors.Is(err, redlock.ErrLockLost):
 		if child.stoppedBy != "" {
 			logf("stopped %s with %s (%s); exiting %d", cfg.argv[0], child.stoppedBy, child.state, exitLockLost)

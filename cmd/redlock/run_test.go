@@ -303,3 +303,25 @@ func pollFor(limit time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// A CMD that cannot be run is found before the nodes are asked: a typo in
+// the command line does not wait out --wait, nor take the lock from
+// others, to end in 127. Nothing listens on the nodes here, so an exit
+// other than 126 or 127 means the nodes were tried first.
+func TestRunCommandCheckedBeforeLock(t *testing.T) {
+	nodes := fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", redistest.FreePort(t), redistest.FreePort(t), redistest.FreePort(t))
+	for _, c := range []struct {
+		cmd  string
+		want int
+	}{
+		{"/nonexistent/cmd", exitNotFound},
+		{"redlock-no-such-command", exitNotFound},
+		{t.TempDir(), exitCannotExec},
+	} {
+		var stderr strings.Builder
+		code := dispatch([]string{"run", "--nodes", nodes, "--key", "k", "--wait", "10m", "--", c.cmd}, func(string) string { return "" }, io.Discard, &stderr)
+		if code != c.want || strings.Contains(stderr.String(), "reachable") {
+			t.Errorf("CMD %s: exit %d, stderr:\n%s\nwant %d before any node is tried", c.cmd, code, stderr.String(), c.want)
+		}
+	}
+}
