@@ -74,8 +74,12 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 
 // versionLine says which version of the module the binary was built from,
 // as the build info records it: the module version for a binary from
-// go install ...@v0.1.0, "(devel)" for one built in a checkout, with the
-// commit when the build recorded it.
+// go install ...@v0.1.0; for one built in a git checkout, the version the
+// go command derives from the tags and the commit (since Go 1.24: a tag,
+// or a pseudo-version such as v0.0.0-20261126155941-6ee6b4f0d4ae, with
+// +dirty for uncommitted changes); "(devel)" when the build recorded no
+// version control information (-buildvcs=false, no git). The commit is
+// added when the build recorded it.
 func versionLine(bi *debug.BuildInfo, ok bool) string {
 	if !ok {
 		return "redlock: no build information in this binary (" + runtime.Version() + ")"

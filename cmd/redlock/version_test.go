@@ -20,6 +20,12 @@ func TestVersionLine(t *testing.T) {
 		{"checkout with vcs stamping", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"},
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "6c2ed07aaaabbbbccccdddd"}, {Key: "vcs.modified", Value: "true"}, {Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"}}},
 			true, "redlock (devel) (commit 6c2ed07aaaab, modified), go1.26.8 linux/amd64"},
+		// What go1.24 and later record for a build in a git checkout.
+		{"checkout since go1.24", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.0.0-20261126155941-6ee6b4f0d4ae+dirty"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "6ee6b4f0d4ae0000"}, {Key: "vcs.modified", Value: "true"}, {Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"}}},
+			true, "redlock v0.0.0-20261126155941-6ee6b4f0d4ae+dirty (commit 6ee6b4f0d4ae, modified), go1.26.8 linux/amd64"},
+		{"built with -buildvcs=false", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}},
+			true, "redlock (devel), go1.26.8 "},
 		{"no build info", nil, false, "redlock: no build information"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
