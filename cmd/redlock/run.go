@@ -274,6 +274,15 @@ func runLocked(cfg *runConfig, stderr io.Writer) int {
 		}
 		return exitLockLost
 	}
+	if rel := replicas.releaseFailed(); rel != nil {
+		// CMD ran under the lock; only others are kept waiting.
+		held := fmt.Sprintf("lock %q", cfg.key)
+		if sem != nil {
+			held = fmt.Sprintf("permit of %q", cfg.key)
+		}
+		logf("%s: not released on a majority (%s); the key stays on the nodes that missed it until it expires, within --ttl %v",
+			held, plain(rel), cfg.ttl)
+	}
 	return child.code
 }
 
@@ -388,7 +397,8 @@ func childEnv() []string {
 	return env
 }
 
-// A replicaWatch is run's observer. A node that answers READONLY is a
+// A replicaWatch is run's observer. It keeps the cause of a release that
+// failed, for run to report. A node that answers READONLY is a
 // replica: a configuration error, not contention. Once so many nodes have
 // that no majority is left, waiting cannot help, so it ends the wait at
 // once; and an acquisition that fails after any READONLY exits 78, not 75.
@@ -398,9 +408,24 @@ type replicaWatch struct {
 	mu      sync.Mutex
 	addrs   []string
 	tainted map[string]bool
+	release error // why the release of the lock or permit was not confirmed
+}
+
+// releaseFailed is why the release that ended the hold was not confirmed
+// by a majority, or nil.
+func (w *replicaWatch) releaseFailed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.release
 }
 
 func (w *replicaWatch) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.KindReleaseFailed {
+		w.mu.Lock()
+		w.release = e.Err
+		w.mu.Unlock()
+		return
+	}
 	if e.Kind != observe.KindNode || e.Err == nil || !strings.Contains(e.Err.Error(), "READONLY") {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -323,5 +324,22 @@ func TestRunCommandCheckedBeforeLock(t *testing.T) {
 		if code != c.want || strings.Contains(stderr.String(), "reachable") {
 			t.Errorf("CMD %s: exit %d, stderr:\n%s\nwant %d before any node is tried", c.cmd, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// A release that no majority confirmed is reported: the key stays on the
+// nodes that missed it until its ttl, and whoever waits for it should
+// know why. CMD shuts two of the three nodes down just before it exits
+// 0; redlock still exits 0, CMD having run with the lock held throughout.
+func TestRunReportsUnconfirmedRelease(t *testing.T) {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("redis-cli is needed (make deps installs redis-tools): %v", err)
+	}
+	servers := redistest.StartN(t, 3)
+	script := fmt.Sprintf("redis-cli -p %d shutdown nosave; redis-cli -p %d shutdown nosave; exit 0", servers[1].Port, servers[2].Port)
+	var stderr strings.Builder
+	code := dispatch([]string{"run", "--nodes", nodesFlag(servers), "--key", "rel", "--", "sh", "-c", script}, func(string) string { return "" }, io.Discard, &stderr)
+	if code != 0 || !strings.Contains(stderr.String(), "not released on a majority") || !strings.Contains(stderr.String(), "within --ttl 30s") {
+		t.Errorf("exit %d, stderr:\n%s\nwant 0 and the unconfirmed release reported", code, stderr.String())
 	}
 }
