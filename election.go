@@ -368,7 +368,9 @@ func (e *Election) readDecided(ctx context.Context) (ld Leader, decided bool, er
 // observe interval plus one node timeout old when it is received.
 //
 // The channel is closed once ctx ends or the Client is closed, and the
-// goroutine behind it returns then, within a node timeout. Bad arguments
+// goroutine behind it returns then, within a node timeout; a read that
+// ctx's end cut short is not sent. With ctx already ended the channel is
+// closed without a value. Bad arguments
 // return an error wrapping ErrInvalid and no channel.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.open(ctx); err != nil {
@@ -410,6 +412,11 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 				wt.settle(0)
 			}
 			cur, _, _ := e.readDecided(ctx)
+			// A read that ctx's end cut short says nothing of the nodes
+			// (every node "failed"): it is not sent as Unknown.
+			if ctx.Err() != nil {
+				return
+			}
 			wait.Reset(e.interval)
 			if !(first || !cur.same(last)) || (cur.Term != 0 && cur.Term < highest) {
 				continue

@@ -737,3 +737,45 @@ func TestRealElectionObserveWakesOnResign(t *testing.T) {
 		})
 	}
 }
+
+// Observe sends nothing it did not read: with ctx already ended, or the
+// Client closed, its channel is closed without a value. Before, with ctx
+// ended, its goroutine could still make a read, which failed on every node
+// because ctx had ended, and hand out that failure as an Unknown leader
+// ("no answer had a majority") although every node was up; the select
+// between sending it and returning is random, so the test repeats. (The
+// half with Close passed before the fix too.)
+func TestRealElectionObserveEndedSendsNothing(t *testing.T) {
+	addrs := realNodes(t, 3)
+	c := realClient(t, addrs)
+	t.Cleanup(func() { _ = c.Close() })
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	e := c.Election("ended", redlock.WithObserveInterval(time.Hour))
+	for i := range 40 {
+		ch, err := e.Observe(ended)
+		if err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+			continue
+		}
+		for l := range ch {
+			t.Fatalf("try %d: ctx had ended before Observe, and it sent %+v", i, l)
+		}
+	}
+
+	for i := range 20 {
+		cc := realClient(t, addrs)
+		ch, err := cc.Election("ended", redlock.WithObserveInterval(time.Hour)).Observe(context.Background())
+		require.NoError(t, err)
+		first := observeNext(t, ch, 2*time.Second, "no leader at first")
+		require.False(t, first.Unknown, "%+v", first)
+		// Close while the receiver waits: the next read is the wake-up's
+		// (Close ends the subscriptions) or none, and nothing is sent.
+		done := make(chan struct{})
+		go func() { defer close(done); _ = cc.Close() }()
+		for l := range ch {
+			t.Errorf("try %d: sent %+v after Close", i, l)
+		}
+		<-done
+	}
+}
