@@ -362,9 +362,10 @@ func (e *Election) readDecided(ctx context.Context) (ld Leader, decided bool, er
 // does.
 //
 // How old a value can be. The channel is unbuffered. A value that the
-// receiver has not taken within one observe interval of its read's return is
-// dropped, and the nodes are read again: a slow receiver gets a fresh read,
-// never one made long before. A value sent is therefore at most about one
+// receiver has not taken within one observe interval of its read's return,
+// or before a release is announced, is dropped, and the nodes are read
+// again: a slow receiver gets a fresh read, never one made long before, nor
+// one made before a resignation that has been announced. A value sent is therefore at most about one
 // observe interval plus one node timeout old when it is received.
 //
 // The channel is closed once ctx ends or the Client is closed, and the
@@ -394,6 +395,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 		var last Leader
 		var highest uint64
 		first := true
+		rewoken := false // the last offer ended for an announcement
 		wait := time.NewTimer(0)
 		defer wait.Stop()
 		for {
@@ -425,13 +427,26 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 			// read again rather than hand out an old read. (Counted from
 			// the return, not from ReadAt: a read slower than the interval,
 			// a node timing out, is still the freshest there is.)
+			// A release announced meanwhile also makes it read again, so
+			// that a resignation is not hidden behind the offered value;
+			// but not twice in a row, so that a stream of announcements
+			// cannot keep every value from being sent.
 			stale := time.NewTimer(e.interval)
+			offerWoken := woken
+			if rewoken {
+				offerWoken = nil
+			}
+			rewoken = false
 			select {
 			case ch <- cur:
 				stale.Stop()
 				first, last, highest = false, cur, max(highest, cur.Term)
 			case <-stale.C:
 				wait.Reset(0) // (since Go 1.23, Reset drops a pending tick)
+			case <-offerWoken:
+				stale.Stop()
+				rewoken = true
+				wait.Reset(0)
 			case <-ctx.Done():
 				stale.Stop()
 				return

@@ -779,3 +779,28 @@ func TestRealElectionObserveEndedSendsNothing(t *testing.T) {
 		<-done
 	}
 }
+
+// A release announced while Observe offers a value to a slow receiver
+// replaces the value with a fresh read: with an observe interval of a
+// minute, the receiver that takes its value a second after the leader
+// resigned gets no leader, not the resigned one. Before, the offer did not
+// listen for the announcements, and the resigned leader, read before the
+// resign, was handed out for up to the whole interval.
+func TestRealElectionObserveOfferWakesOnResign(t *testing.T) {
+	c := realClient(t, realNodes(t, 3), redlock.WithKeyPrefix("app:"))
+	t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ld, err := c.Election("offer").Campaign(ctx, "a")
+	require.NoError(t, err)
+	ch, err := c.Election("offer", redlock.WithObserveInterval(time.Minute)).Observe(ctx)
+	require.NoError(t, err)
+	// Observe reads "a" at once and offers it; no one takes it yet.
+	time.Sleep(300 * time.Millisecond) // the read and the subscriptions
+	resigned := time.Now()
+	require.NoError(t, ld.Resign(ctx))
+	time.Sleep(time.Second)
+	got := observeNext(t, ch, 3*time.Second, "after the resign")
+	assert.Zero(t, got.Term, "handed %+v, read %v before the resign", got, resigned.Sub(got.ReadAt))
+	assert.False(t, got.ReadAt.Before(resigned), "read %v before the resign", resigned.Sub(got.ReadAt))
+}
