@@ -804,3 +804,32 @@ func TestRealElectionObserveOfferWakesOnResign(t *testing.T) {
 	assert.Zero(t, got.Term, "handed %+v, read %v before the resign", got, resigned.Sub(got.ReadAt))
 	assert.False(t, got.ReadAt.Before(resigned), "read %v before the resign", resigned.Sub(got.ReadAt))
 }
+
+// A member that is not "weight:token" as this client writes it, with a
+// weight from 1 up in decimal, counts as 1, as docs/semaphore.md says of a
+// member without a weight: an older client's, whose own token function
+// returned "0:job", "-1:job" or "0x0:job". Before, the script read the part
+// before the colon with Lua's tonumber, so that such a holder counted for
+// 0, -1 or 0: with K=1 it let a second holder in beside it.
+func TestRealSemaphoreOddMemberCountsOne(t *testing.T) {
+	addrs := realNodes(t, 1)
+	c := realClient(t, addrs)
+	ctx := context.Background()
+	one := mustSemaphore(t, c, "odd", 1)
+	conn := realConn(t, addrs[0])
+	key := redlock.SemaphoreKey("odd")
+	for _, member := range []string{"0:job", "-1:job", "0x0:job", " 0:job", "0e1:job"} {
+		_, err := conn.Do("DEL", key)
+		require.NoError(t, err)
+		// Live for a minute on the node's clock, as a holder's member is.
+		now, err := redis.Int64s(conn.Do("TIME"))
+		require.NoError(t, err)
+		_, err = conn.Do("ZADD", key, now[0]*1000+now[1]/1000+60000, member)
+		require.NoError(t, err)
+		p, err := one.TryAcquire(ctx, time.Minute)
+		if assert.ErrorIs(t, err, redlock.ErrNotObtained, "K=1 and %q holds it", member) {
+			continue
+		}
+		require.NoError(t, p.Unlock(ctx))
+	}
+}
