@@ -307,7 +307,8 @@ func (l Leader) same(o Leader) bool {
 // with the nodes' failures if any, and a Leader of term 0 that says which:
 // a majority sees no one leading, or (Unknown) no answer has a majority:
 // the leader has not yet published its value on a majority, a hand-over is
-// under way, or too many nodes failed to answer. Every Leader it returns
+// under way, too many nodes failed to answer, or ctx ended first (the error
+// then wraps ctx.Err() too, and says nothing of the nodes). Every Leader it returns
 // has its ReadAt. Leader takes at most one node timeout, and returns as
 // soon as a majority agrees or none can.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
