@@ -307,7 +307,8 @@ func (l Leader) same(o Leader) bool {
 // with the nodes' failures if any, and a Leader of term 0 that says which:
 // a majority sees no one leading, or (Unknown) no answer has a majority:
 // the leader has not yet published its value on a majority, a hand-over is
-// under way, or too many nodes failed to answer. Every Leader it returns
+// under way, too many nodes failed to answer, or ctx ended first (the error
+// then wraps ctx.Err() too, and says nothing of the nodes). Every Leader it returns
 // has its ReadAt. Leader takes at most one node timeout, and returns as
 // soon as a majority agrees or none can.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
@@ -362,13 +363,16 @@ func (e *Election) readDecided(ctx context.Context) (ld Leader, decided bool, er
 // does.
 //
 // How old a value can be. The channel is unbuffered. A value that the
-// receiver has not taken within one observe interval of its read's return is
-// dropped, and the nodes are read again: a slow receiver gets a fresh read,
-// never one made long before. A value sent is therefore at most about one
+// receiver has not taken within one observe interval of its read's return,
+// or before a release is announced, is dropped, and the nodes are read
+// again: a slow receiver gets a fresh read, never one made long before, nor
+// one made before a resignation that has been announced. A value sent is therefore at most about one
 // observe interval plus one node timeout old when it is received.
 //
 // The channel is closed once ctx ends or the Client is closed, and the
-// goroutine behind it returns then, within a node timeout. Bad arguments
+// goroutine behind it returns then, within a node timeout; a read that
+// ctx's end cut short is not sent. With ctx already ended the channel is
+// closed without a value. Bad arguments
 // return an error wrapping ErrInvalid and no channel.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.open(ctx); err != nil {
@@ -392,6 +396,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 		var last Leader
 		var highest uint64
 		first := true
+		rewoken := false // the last offer ended for an announcement
 		wait := time.NewTimer(0)
 		defer wait.Stop()
 		for {
@@ -410,6 +415,11 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 				wt.settle(0)
 			}
 			cur, _, _ := e.readDecided(ctx)
+			// A read that ctx's end cut short says nothing of the nodes
+			// (every node "failed"): it is not sent as Unknown.
+			if ctx.Err() != nil {
+				return
+			}
 			wait.Reset(e.interval)
 			if !(first || !cur.same(last)) || (cur.Term != 0 && cur.Term < highest) {
 				continue
@@ -418,13 +428,26 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 			// read again rather than hand out an old read. (Counted from
 			// the return, not from ReadAt: a read slower than the interval,
 			// a node timing out, is still the freshest there is.)
+			// A release announced meanwhile also makes it read again, so
+			// that a resignation is not hidden behind the offered value;
+			// but not twice in a row, so that a stream of announcements
+			// cannot keep every value from being sent.
 			stale := time.NewTimer(e.interval)
+			offerWoken := woken
+			if rewoken {
+				offerWoken = nil
+			}
+			rewoken = false
 			select {
 			case ch <- cur:
 				stale.Stop()
 				first, last, highest = false, cur, max(highest, cur.Term)
 			case <-stale.C:
 				wait.Reset(0) // (since Go 1.23, Reset drops a pending tick)
+			case <-offerWoken:
+				stale.Stop()
+				rewoken = true
+				wait.Reset(0)
 			case <-ctx.Done():
 				stale.Stop()
 				return

@@ -90,7 +90,8 @@ type semaphoreConfig struct {
 
 // WithWeight makes every permit of the semaphore count for n of its K
 // permits, as x/sync/semaphore's Acquire(ctx, n) does: Acquire waits until
-// n are free and Release gives the n back at once. n must be from 1 to K;
+// n are free, and the permit's Unlock gives the n back at once (there is no
+// Release: a permit is a *Lock). n must be from 1 to K;
 // Client.Semaphore refuses any other n with ErrInvalid. The default is 1.
 //
 // The weight belongs to the Semaphore value rather than to each call, so
@@ -301,7 +302,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 	// The nodes on which the token was already a member: a token function
 	// that repeats itself. Their member is another holder's, so the undo
 	// leaves them alone, and the attempt is lost even if a quorum admitted
-	// it, because its Release would remove the other holder's member too.
+	// it, because its Unlock would remove the other holder's member too.
 	// (A repeat that only a straggler reports, after the grant, is not
 	// seen; a quorum admitted the token fresh, and any two quora share a
 	// node, so the other holder had lost its own quorum by then.)
@@ -329,7 +330,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 			return undo(ctx, n, deadline)
 		},
 		valid: func() bool { return repeated.Load() == 0 && c.clock.Now().Before(until) },
-		// A Release that overtakes an admission in flight undoes it.
+		// An Unlock that overtakes an admission in flight undoes it.
 		overtaken: p,
 		// Node events for an Observer; the engine reports the call's.
 		kind: observe.OpAcquire, key: s.key, id: id, masks: &args.masks,

@@ -5,8 +5,11 @@
 -- expiry; a member is live while its score is above the time. The set's own
 -- ttl is kept at its latest score, so that it cleans itself up.
 --
--- A member is "<weight>:<token>" (the client builds it). A member without
--- that form counts as weight 1. The loop below reads every member: the live
+-- A member is "<weight>:<token>" (the client builds it), the weight in
+-- decimal from 1 up. A member without that form counts as weight 1: one
+-- with no weight, or with "0:", "-1:", "0x2:" or " 2:" before its first
+-- colon (an older client's own token), which Lua's tonumber would read as
+-- a weight below 1 or in another base. The loop below reads every member: the live
 -- ones weigh at most K in all, and the expired ones are removed by every
 -- write, so the set stays small.
 --
@@ -29,10 +32,9 @@
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function split(m)
-	local i = string.find(m, ":", 1, true)
-	local w = i and tonumber(string.sub(m, 1, i - 1))
+	local w = string.match(m, "^[1-9]%d*:")
 	if w then
-		return w, string.sub(m, i + 1)
+		return tonumber(string.sub(w, 1, -2)), string.sub(m, #w + 1)
 	end
 	return 1, m
 end
