@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Chaos and integration tests fail, rather than skip, without a Docker engine.
 export REDLOCK_REQUIRE_DOCKER ?= 1
 
-.PHONY: test deps fmt vet generated bench plots sim soak pictures
+.PHONY: test deps fmt vet generated bench plots sim soak pictures servers test-servers
 
 # Every module: the root, then each folder with a go.mod of its own (the
 # driver adapters, bench/...), found rather than listed.
@@ -38,6 +38,12 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools faketime >/dev/null; \
 	fi
 	@redis-server --version
+
+# The server builds of the test matrix (scripts/servers.sh): Redis 7.0 and
+# 8.0, Valkey 8.0 and 8.1, installed under .servers/; one line per build,
+# NAME VERSION PATH. Fast when they are already there.
+servers:
+	@bash scripts/servers.sh
 
 # valkeygo is generated from rueidis (rueidis/gen_valkeygo.go): the two
 # adapters are one source. Fails if the generated copy is out of date.
