@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -26,9 +27,28 @@ type Server struct {
 	out  *syncBuffer
 }
 
-// Available reports whether a redis-server binary is on PATH, and if not, why.
+// ServerEnv names the environment variable that selects the server binary
+// the tests start: a path printed by make servers (scripts/servers.sh), a
+// Valkey or newer Redis build that takes redis-server's flags. Unset, the
+// tests start redis-server from PATH (Debian 12's Redis 7.0).
+const ServerEnv = "REDLOCK_SERVER"
+
+// Binary returns the server binary the tests start: $REDLOCK_SERVER, or
+// redis-server.
+func Binary() string {
+	if b := os.Getenv(ServerEnv); b != "" {
+		return b
+	}
+	return "redis-server"
+}
+
+// Available reports whether the server binary (Binary) can be found, and if
+// not, why.
 func Available() (ok bool, why string) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	if _, err := exec.LookPath(Binary()); err != nil {
+		if os.Getenv(ServerEnv) != "" {
+			return false, fmt.Sprintf("%s=%s: %v (make servers installs it)", ServerEnv, Binary(), err)
+		}
 		return false, "redis-server is not installed (make test installs Debian's redis-server)"
 	}
 	return true, ""
@@ -61,10 +81,10 @@ func StartOnPort(t testing.TB, port int, extra ...string) *Server {
 		"--appendonly", "no",
 	}, extra...)
 	out := new(syncBuffer)
-	cmd := exec.Command("redis-server", args...)
+	cmd := exec.Command(Binary(), args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting redis-server: %v", err)
+		t.Fatalf("starting %s: %v", Binary(), err)
 	}
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, cmd: cmd, out: out}
 	t.Cleanup(s.Stop)
