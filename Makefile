@@ -25,6 +25,7 @@ test: deps fmt vet generated
 		echo "== go test $$m"; \
 		(cd $$m && $(GO) test -race -count=1 -timeout 18m ./...); \
 	done
+	@$(MAKE) --no-print-directory test-servers
 
 # Debian's redis-server provides the real Redis nodes: local processes for the
 # integration tests, and the binary the container image is built from.
@@ -44,6 +45,25 @@ deps:
 # NAME VERSION PATH. Fast when they are already there.
 servers:
 	@bash scripts/servers.sh
+
+# The server matrix: for each build of make servers, the conformance kit
+# (redigo's, and go-redis's with its Sentinel and Cluster members) and one
+# real-node test per primitive plus the replica and failover tests, with
+# REDLOCK_SERVER pointing internal/redistest at the build. make test runs
+# it after the whole suite (which runs everything on Redis 7.0 already);
+# docs/drivers.md gives its time. SERVERS_RUN narrows the root tests.
+SERVERS_RUN ?= ^(TestRealAcquireAndRefuse|TestRealExtend|TestRealScriptFlush|TestRealLostAttemptReleases|TestRealOnlyOwnToken|TestRealSemaphoreRefusesRepeatedToken|TestRealSemaphoreKeysApartFromMutex|TestRealRWMutexWriterFencing|TestRealRWMutexNoUpgradeOrDowngrade|TestRealElectionProclaim|TestRealElectionPublishObserved|TestRealPrimitivesRefuseOnOOM|TestRealPermitSurface|TestRealFailoverLosesUnacknowledgedVote|TestRealReplicaAcks.*)$$
+SERVERS_GOREDIS_RUN ?= ^(TestConformance|TestSentinel.*|TestCluster.*)$$
+
+test-servers: deps
+	@set -e; bash scripts/servers.sh >.servers.list; \
+	while read -r name version path; do \
+		echo "== $$name $$version ($$path)"; \
+		export REDLOCK_SERVER=$$path REDLOCK_REQUIRE_REDIS=1; \
+		$(GO) test -race -count=1 -timeout 10m -run '$(SERVERS_RUN)' . ; \
+		$(GO) test -race -count=1 -timeout 10m -run 'Conformance' ./redigo ; \
+		(cd goredis && $(GO) test -race -count=1 -timeout 10m -run '$(SERVERS_GOREDIS_RUN)' .) ; \
+	done <.servers.list; rm -f .servers.list
 
 # valkeygo is generated from rueidis (rueidis/gen_valkeygo.go): the two
 # adapters are one source. Fails if the generated copy is out of date.
