@@ -79,6 +79,13 @@ func StartOnPort(t testing.TB, port int, extra ...string) *Server {
 		"--protected-mode", "no",
 		"--save", "",
 		"--appendonly", "no",
+		// Its own directory: a replica's full sync writes the RDB it
+		// receives there, which a server started later in the same
+		// directory would load (and refuse, if a newer server wrote it).
+		"--dir", t.TempDir(),
+		// A replica's full sync starts at once, not after the 5 s a
+		// primary waits by default for more replicas to share it.
+		"--repl-diskless-sync-delay", "0",
 	}, extra...)
 	out := new(syncBuffer)
 	cmd := exec.Command(Binary(), args...)
