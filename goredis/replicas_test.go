@@ -106,7 +106,7 @@ func TestSentinelFailoverDuringHeldLock(t *testing.T) {
 		t.Run(fmt.Sprintf("WithReplicaAcks(%d)", acks), func(t *testing.T) {
 			m := redistest.StartReplicated(t)
 			sentinel := startFastSentinel(t, m)
-			opts := []redlock.Option{redlock.WithNodeTimeout(500 * time.Millisecond), redlock.WithTries(1),
+			opts := []redlock.Option{redlock.WithNodeTimeout(2 * time.Second), redlock.WithTries(1),
 				redlock.WithReplicaAcks(acks), redlock.WithFencing()}
 			c, err := redlock.New([]redlock.Pool{failoverPool(t, sentinel)}, opts...)
 			require.NoError(t, err)
@@ -118,6 +118,7 @@ func TestSentinelFailoverDuringHeldLock(t *testing.T) {
 			if acks > 0 {
 				require.ErrorIs(t, err, redlock.ErrReplicaAcks, "granted while the replica lacks the key")
 				m.Link.Release()
+				m.Sync(t)
 				l, err = c.Lock(ctx, key, time.Minute)
 				require.NoError(t, err)
 				m.Link.Hold()
@@ -175,7 +176,7 @@ func TestClusterReplicaAcksKeepLockAfterFailover(t *testing.T) {
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds, ContextTimeoutEnabled: true, MaxRedirects: 3})
 	t.Cleanup(func() { client.Close() })
 	c, err := redlock.New([]redlock.Pool{goredis.NewPool(client)}, redlock.WithReplicaAcks(1),
-		redlock.WithNodeTimeout(500*time.Millisecond), redlock.WithTries(1), redlock.WithFencing())
+		redlock.WithNodeTimeout(2*time.Second), redlock.WithTries(1), redlock.WithFencing())
 	require.NoError(t, err)
 	ctx := context.Background()
 	const key = "cluster:acked"
@@ -198,12 +199,13 @@ func TestClusterReplicaAcksKeepLockAfterFailover(t *testing.T) {
 		_, err = c.Lock(ctx, k, time.Minute)
 		require.NoError(t, r.Thaw())
 		require.ErrorIs(t, err, redlock.ErrReplicaAcks, "%s granted while its replica %s was frozen", k, r.Addr)
-		require.NoError(t, redistest.WaitReplicas(p.Addr, 1, 10*time.Second))
+		require.NoError(t, redistest.SyncReplicas(p.Addr, 1, 10*time.Second))
 	}
 	require.NoError(t, replica.Freeze())
 	_, err = c.Lock(ctx, key, time.Minute)
 	require.NoError(t, replica.Thaw())
 	require.ErrorIs(t, err, redlock.ErrReplicaAcks, "granted while the key's replica was frozen")
+	require.NoError(t, redistest.SyncReplicas(owner.Addr, 1, 10*time.Second))
 
 	l, err := c.Lock(ctx, key, time.Minute)
 	require.NoError(t, err)

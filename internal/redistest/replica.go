@@ -187,6 +187,42 @@ func WaitReplicas(addr string, n int, timeout time.Duration) error {
 	return fmt.Errorf("not replicated after %v: %v", timeout, last)
 }
 
+// SyncReplicas waits until n replicas of the primary at addr have every
+// write it took so far: it writes, then WAITs for that write, or fails
+// after timeout. On a Cluster primary it writes a key of one of the
+// primary's own slots.
+func SyncReplicas(addr string, n int, timeout time.Duration) error {
+	c, err := redis.Dial("tcp", addr, redis.DialReadTimeout(timeout+time.Second))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	key := "redistest:sync"
+	for i := 0; ; i++ {
+		_, err = c.Do("SET", key, "1")
+		if err == nil || !strings.HasPrefix(err.Error(), "MOVED") || i > 1000 {
+			break
+		}
+		key = fmt.Sprintf("redistest:sync:%d", i)
+	}
+	if err != nil {
+		return err
+	}
+	got, err := redis.Int(c.Do("WAIT", n, timeout.Milliseconds()))
+	if err == nil && got < n {
+		err = fmt.Errorf("after %v WAIT %d reports %d replicas", timeout, n, got)
+	}
+	return err
+}
+
+// Sync waits until the replica has every write the primary took so far.
+func (m *Replicated) Sync(t testing.TB) {
+	t.Helper()
+	if err := SyncReplicas(m.Primary.Addr, 1, 10*time.Second); err != nil {
+		t.Fatalf("replica %s of %s: %v", m.Replica.Addr, m.Primary.Addr, err)
+	}
+}
+
 // Promote makes the server a primary at once (REPLICAOF NO ONE), as a
 // failover does.
 func (s *Server) Promote() error {
