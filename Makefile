@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Chaos and integration tests fail, rather than skip, without a Docker engine.
 export REDLOCK_REQUIRE_DOCKER ?= 1
 
-.PHONY: test deps fmt vet generated bench plots sim soak pictures
+.PHONY: test deps fmt vet generated bench plots sim soak pictures servers test-servers
 
 # Every module: the root, then each folder with a go.mod of its own (the
 # driver adapters, bench/...), found rather than listed.
@@ -38,6 +38,36 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools faketime >/dev/null; \
 	fi
 	@redis-server --version
+
+# The server builds of the test matrix (scripts/servers.sh): Redis 7.0 and
+# 8.0, Valkey 8.0 and 8.1, installed under .servers/; one line per build,
+# NAME VERSION PATH. Fast when they are already there.
+servers:
+	@bash scripts/servers.sh
+
+# The server matrix: for each build of make servers, the conformance kit
+# (redigo's, and go-redis's in its advised ContextTimeout mode, with Cluster
+# members), one real-node test or more per primitive, and the replica,
+# Sentinel and Cluster failover tests, with REDLOCK_SERVER pointing
+# internal/redistest at the build. CI (.ci/run) runs it after make test,
+# skipping (SERVERS_SKIP=redis-server) the build whose path is the system's
+# redis-server, on which make test just ran everything; make test itself
+# does not, to stay under 15 minutes. docs/drivers.md gives the times.
+SERVERS_RUN ?= ^(TestRealAcquireAndRefuse|TestRealExtend|TestRealScriptFlush|TestRealLostAttemptReleases|TestRealOnlyOwnToken|TestRealSemaphoreKeysApartFromMutex|TestRealRWMutexWriterFencing|TestRealRWMutexNoUpgradeOrDowngrade|TestRealElectionProclaim|TestRealElectionPublishObserved|TestRealPrimitivesRefuseOnOOM|TestRealPermitSurface|TestRealFailoverLosesUnacknowledgedVote|TestRealReplicaAcks.*)$$
+SERVERS_GOREDIS_RUN ?= ^(TestConformance/ContextTimeout|TestSentinelFailoverDuringHeldLock|TestClusterReplicaAcksKeepLockAfterFailover)$$
+SERVERS_SKIP ?=
+
+test-servers: deps
+	@set -e; bash scripts/servers.sh >.servers.list; \
+	while read -r name version path; do \
+		case "$$(basename "$$path")" in "$(or $(SERVERS_SKIP),-)") \
+			[ "$$path" = "$$(command -v redis-server)" ] && { echo "== $$name $$version: run by the suite above"; continue; };; esac; \
+		echo "== $$name $$version ($$path)"; \
+		export REDLOCK_SERVER=$$path REDLOCK_REQUIRE_REDIS=1; \
+		$(GO) test -race -count=1 -timeout 10m -run '$(SERVERS_RUN)' . ; \
+		$(GO) test -race -count=1 -timeout 10m -run 'Conformance' ./redigo ; \
+		(cd goredis && $(GO) test -race -count=1 -timeout 10m -run '$(SERVERS_GOREDIS_RUN)' .) ; \
+	done <.servers.list; rm -f .servers.list
 
 # valkeygo is generated from rueidis (rueidis/gen_valkeygo.go): the two
 # adapters are one source. Fails if the generated copy is out of date.

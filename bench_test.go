@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -203,4 +204,33 @@ func BenchmarkFrozenNode(b *testing.B) {
 	b.Run("N=5/p=8/impl=redlock", func(b *testing.B) {
 		benchkit.Parallel(b, benchRedlock(benchClient(b, all)), 8)
 	})
+}
+
+// BenchmarkReplicaAcks: the cost of WithReplicaAcks(1), against plain
+// Lock+Unlock, on the same three members, each a primary with one replica
+// on loopback: one caller and eight. The acked SET is followed by WAIT 1 in
+// its own batch, so its price is the replica's round trip (the primary
+// asks it for an ack, REPLCONF GETACK, and waits for its answer).
+func BenchmarkReplicaAcks(b *testing.B) {
+	if ok, why := redistest.Available(); !ok {
+		b.Skip("no Redis nodes to benchmark against: " + why)
+	}
+	pools := make([]*redigo.Pool, 3)
+	for i := range pools {
+		// Replicated directly, not through StartReplicated's relay, whose
+		// extra hop would add to the price.
+		p := redistest.Start(b)
+		redistest.Start(b, "--replicaof", "127.0.0.1", strconv.Itoa(p.Port))
+		if err := redistest.WaitReplicas(p.Addr, 1, 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		pools[i] = redigo.NewPool(p.Addr)
+		b.Cleanup(func() { pools[i].Close() })
+	}
+	plain := benchRedlock(benchClient(b, pools))
+	acked := benchRedlock(benchClient(b, pools, redlock.WithReplicaAcks(1), redlock.WithNodeTimeout(time.Second)))
+	b.Run("N=3/p=serial/impl=redlock", func(b *testing.B) { benchkit.Serial(b, plain) })
+	b.Run("N=3/p=serial/impl=acked", func(b *testing.B) { benchkit.Serial(b, acked) })
+	b.Run("N=3/p=8/impl=redlock", func(b *testing.B) { benchkit.Parallel(b, plain, 8) })
+	b.Run("N=3/p=8/impl=acked", func(b *testing.B) { benchkit.Parallel(b, acked, 8) })
 }

@@ -32,6 +32,12 @@ var (
 	// ErrNodeTimeout is the cause in a NodeError when a node did not answer
 	// within the node timeout (see WithNodeTimeout).
 	ErrNodeTimeout = errors.New("redlock: node timeout")
+
+	// ErrReplicaAcks is the cause in a NodeError when a node stored a
+	// write but fewer of its replicas than WithReplicaAcks asks for
+	// acknowledged it within the node timeout: the node's vote does not
+	// count, and a lost round releases it.
+	ErrReplicaAcks = errors.New("redlock: too few replicas acknowledged the write")
 )
 
 // A NodeError is the failure of one Redis node during one operation.

@@ -74,15 +74,15 @@ var (
 
 	//go:embed scripts/extend.lua
 	extendSource string
-	extendScript = newScript(extendSource, 1)
+	extendScript = ackedScript(extendSource, 1)
 
 	//go:embed scripts/acquire_fenced.lua
 	acquireFencedSource string
-	acquireFencedScript = newScript(acquireFencedSource, 2)
+	acquireFencedScript = ackedScript(acquireFencedSource, 2)
 
 	//go:embed scripts/raise_fence.lua
 	raiseFenceSource string
-	raiseFenceScript = newScript(raiseFenceSource, 2)
+	raiseFenceScript = ackedScript(raiseFenceSource, 2)
 )
 
 type script struct {
@@ -91,6 +91,16 @@ type script struct {
 	keys int    // how many of the arguments are keys
 
 	srcArg, hashArg, keysArg any // the above as command arguments, converted once
+
+	// acked: a write whose vote must reach the replicas (WithReplicaAcks).
+	acked bool
+}
+
+// ackedScript is newScript for a script that WithReplicaAcks follows by WAIT.
+func ackedScript(src string, keys int) script {
+	s := newScript(src, keys)
+	s.acked = true
+	return s
 }
 
 func newScript(src string, keys int) script {
@@ -123,6 +133,8 @@ type node struct {
 	// on its caller's goroutine; a queued command then leaves the queue at
 	// its own deadline (pipe.send), since no fanout stops waiting for it.
 	sole bool
+	// acks: WithReplicaAcks, the replicas a vote's write must reach (0: off).
+	acks int64
 }
 
 func newNode(index int, pool Pool) *node {
@@ -165,7 +177,15 @@ func newCmdArgs(key, token string, ttl time.Duration, channel any) cmdArgs {
 // stored the key, and false if the key already existed: Redis answers OK or
 // a null reply, and anything else is not agreement.
 func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool, error) {
-	reply, err := n.send(ctx, deadline, a.lane, &a.unsent, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
+	var (
+		reply any
+		err   error
+	)
+	if n.acks > 0 {
+		reply, err = n.acked(ctx, deadline, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
+	} else {
+		reply, err = n.send(ctx, deadline, a.lane, &a.unsent, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
+	}
 	if err != nil || reply == nil {
 		return false, err
 	}
@@ -284,6 +304,16 @@ func (n *node) evalMarking(ctx context.Context, deadline time.Time, a *cmdArgs, 
 func (n *node) evalScript(ctx context.Context, deadline time.Time, lane int, unsent, fellBack *atomic.Uint64, s *script, keysAndArgs []any) (any, error) {
 	var buf [6]any
 	args := append(append(buf[:0], s.hashArg, s.keysArg), keysAndArgs...)
+	if n.acks > 0 && s.acked {
+		reply, err := n.acked(ctx, deadline, "EVALSHA", 2, s.keys, args...)
+		// NOSCRIPT wrote nothing; resend by EVAL unless the WAIT behind it
+		// already found the replicas lagging (acked reports that instead).
+		if replyCode(err) == "NOSCRIPT" {
+			args[0] = s.srcArg
+			reply, err = n.acked(ctx, deadline, "EVAL", 2, s.keys, args...)
+		}
+		return reply, err
+	}
 	reply, err := n.send(ctx, deadline, lane, unsent, "EVALSHA", 2, s.keys, args...)
 	if replyCode(err) == "NOSCRIPT" {
 		if fellBack != nil {
@@ -293,6 +323,54 @@ func (n *node) evalScript(ctx context.Context, deadline time.Time, lane int, uns
 		reply, err = n.send(ctx, deadline, lane, nil, "EVAL", 2, s.keys, args...)
 	}
 	return reply, err
+}
+
+// acked sends a write followed by WAIT n.acks (WithReplicaAcks) as one
+// batch of its own, straight to the Pool: WAIT blocks its connection until
+// the replicas answer, so it must not share a pipe batch with other
+// callers' commands, and it must follow the write on the same connection,
+// which one Exec guarantees. The write's reply is returned only if WAIT
+// reports n.acks replicas; otherwise the node fails with ErrReplicaAcks. A
+// null reply (a SET NX refused) wrote nothing and is returned as it is.
+//
+// Such a write never clears its bit in cmdArgs.unsent: a release sent
+// through the pipe while it is in flight may reach the node before it, so
+// Lock.letGo counts it as overtaken, and a straggler releases what it may
+// have written (round.overtaken).
+func (n *node) acked(ctx context.Context, deadline time.Time, name string, firstKey, numKeys int, args ...any) (any, error) {
+	// WAIT's own timeout, in ms: half of what is left, so that its reply
+	// (fewer replicas) arrives before the node's deadline although the
+	// server fires it on its timer (every 100 ms at the default hz 10).
+	wait := (time.Until(deadline) / 2).Milliseconds()
+	if wait < 1 {
+		return nil, n.fail(ErrNodeTimeout, deadline)
+	}
+	cmds := []driver.Command{
+		{Name: name, Args: append([]any(nil), args...), FirstKey: firstKey, NumKeys: numKeys},
+		{Name: "WAIT", Args: []any{n.acks, wait}},
+	}
+	replies := make([]driver.Reply, 2)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if err := n.pool.Exec(ctx, cmds, replies); err != nil {
+		return nil, n.fail(err, deadline)
+	}
+	reply, err := classify(replies[0])
+	got, werr := classify(replies[1])
+	acks, _ := got.(int64)
+	switch {
+	case reply == nil && replyCode(err) == "NOSCRIPT" && werr == nil && acks < n.acks:
+		// Nothing written, and even this connection's earlier writes have
+		// not reached the replicas: a resend could not win in time.
+		return nil, n.nodeError(fmt.Errorf("%w: %d of %d (the script was not cached)", ErrReplicaAcks, acks, n.acks))
+	case err != nil || reply == nil:
+		return nil, n.fail(err, deadline)
+	case werr != nil:
+		return nil, n.fail(werr, deadline)
+	case acks < n.acks:
+		return nil, n.nodeError(fmt.Errorf("%w: %v of %d", ErrReplicaAcks, got, n.acks))
+	}
+	return reply, nil
 }
 
 // fail wraps a node's error. An error at or past the deadline is reported as

@@ -50,6 +50,7 @@ type Client struct {
 	ownTokens          bool                   // WithTokenFunc: newToken is the caller's
 	lastToken          atomic.Pointer[string] // with ownTokens: the token made last (Client.token)
 	fencing            bool
+	replicaAcks        int                // WithReplicaAcks: replicas each write must reach to count
 	obs                observe.Observer   // nil: no events are built
 	observers          []observe.Observer // WithObserver's, joined into obs by New
 	obsNil             bool               // WithObserver was given nil
@@ -193,6 +194,34 @@ func WithFencing() Option {
 	return func(c *Client) { c.fencing = true }
 }
 
+// WithReplicaAcks makes a node's vote count only once n of its replicas
+// have the write: each acquiring SET (and fenced SET), each Extend and each
+// raise of a fencing counter is followed, in the same Exec on the same
+// connection, by WAIT n timeout, where timeout is half of what is
+// left of the node timeout. A node whose WAIT reports fewer than n replicas
+// fails with ErrReplicaAcks: it does not count toward the majority, and a
+// lost round releases it like any failed node.
+//
+// It is for members that are a primary with replicas (behind Sentinel, or
+// the shards of a Redis Cluster): without it, a primary that fails over
+// right after it voted yes may promote a replica that never received the
+// key, and the lock silently loses that vote (docs/operations.md). n must
+// not exceed the replicas a member has, or no vote ever counts; WAIT also
+// returns early once n replicas have the write, so the cost is one
+// replication round trip per write (docs/benchmarks.md).
+//
+// Writes with the option go to the Pool as a batch of their own (a WAIT
+// blocks its connection until the replicas answer, and must not hold up
+// other callers' commands in a shared batch). Releases are not acknowledged:
+// a release that a failover loses leaves the key to expire at its ttl. It
+// covers the mutex (Lock, TryLock, Do, Extend, WithFencing); the RWMutex,
+// Semaphore and Election scripts are sent without WAIT.
+//
+// The default, 0, sends no WAIT and costs nothing. n must not be negative.
+func WithReplicaAcks(n int) Option {
+	return func(c *Client) { c.replicaAcks = n }
+}
+
 // New returns a Client for the Redis masters behind pools, one Pool per
 // independent master. A lock needs a majority, len(pools)/2+1, of them. An
 // even count is allowed but buys nothing: four nodes tolerate one failure,
@@ -258,6 +287,8 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 		return nil, invalid("drift factor %v must lie in [0, 1)", c.driftFactor)
 	case c.nodeTimeout <= 0:
 		return nil, invalid("node timeout %v must be positive", c.nodeTimeout)
+	case c.replicaAcks < 0:
+		return nil, invalid("replica acks %d must not be negative", c.replicaAcks)
 	case isNil(c.clock):
 		return nil, invalid("nil clock")
 	case c.newToken == nil:
@@ -275,6 +306,9 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 	c.obs = joinObservers(c.observers)
 	if c.retry == nil {
 		c.retry = jitterRetry{c.retryMin, c.retryMax}
+	}
+	for _, n := range c.nodes {
+		n.acks = int64(c.replicaAcks)
 	}
 	if len(c.nodes) == 1 && c.nodes[0].inline {
 		c.nodes[0].sole = true // inline.go: queued commands keep their own deadline

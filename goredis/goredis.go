@@ -123,6 +123,19 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 		_ = p.client.Process(ctx, cmd) // the outcome is cmd's
 		return storeReply(&replies[0], cmd.Cmd)
 	}
+	client := redis.Cmdable(p.client)
+	if cc, ok := p.client.(*redis.ClusterClient); ok && waitsFor(cmds) {
+		// WAIT has no key, and a ClusterClient would send it to any
+		// primary: it must go, on the same connection, to the primary
+		// that took the write before it (redlock.WithReplicaAcks). A
+		// MOVED reply then is an error reply like any other: no vote.
+		key, _ := cmds[0].Keys()[0].(string)
+		master, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		client = master
+	}
 
 	// One array holds every command's arguments: one allocation per batch.
 	n := 0
@@ -136,7 +149,7 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 		batch[i] = newCmd(ctx, &cmds[i], args[:k:k])
 		args = args[k:]
 	}
-	pipe := p.client.Pipeline()
+	pipe := client.Pipeline()
 	_ = pipe.BatchProcess(ctx, batch...)
 	// Exec returns the first command's error, be it an error reply; each
 	// command holds its own outcome, and a broken connection marks every
@@ -150,6 +163,12 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 		}
 	}
 	return nil
+}
+
+// waitsFor reports whether cmds is a write and the WAIT that must follow it
+// to its node: the batch the core sends with redlock.WithReplicaAcks.
+func waitsFor(cmds []driver.Command) bool {
+	return len(cmds) == 2 && cmds[1].Name == "WAIT" && cmds[0].NumKeys > 0
 }
 
 // noRetry is a go-redis command that go-redis does not retry. The core

@@ -355,7 +355,7 @@ func startSentinel(t *testing.T, master *redistest.Server) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("redis-server", conf, "--sentinel")
+	cmd := exec.Command(redistest.Binary(), conf, "--sentinel")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

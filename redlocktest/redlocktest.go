@@ -14,8 +14,10 @@
 //		})
 //	}
 //
-// The kit starts local redis-server processes (Debian's redis-server;
-// redis-cli too for the Redis Cluster scenarios) and skips, saying why, where
+// The kit starts local redis-server processes (Debian's redis-server, or
+// the build REDLOCK_SERVER names: make servers installs Redis 8.0 and
+// Valkey 8.0 and 8.1 builds; redis-cli too for the Redis Cluster
+// scenarios) and skips, saying why, where
 // they are missing; with REDLOCK_REQUIRE_DOCKER=1 or REDLOCK_REQUIRE_REDIS=1
 // set it fails instead. Scenarios:
 //

@@ -92,6 +92,8 @@ func StartClockRate(t testing.TB, rate float64, extra ...string) *Server {
 		"--appendonly", "no",
 	}, extra...)
 	out := new(syncBuffer)
+	// Debian's redis-server always, not Binary(): libfaketime and the
+	// malloc shim are bookworm's, and must match the server's C library.
 	cmd := exec.Command("redis-server", args...)
 	cmd.Env = append(os.Environ(),
 		"LD_PRELOAD="+findLib(mallocDebugPaths)+":"+findLib(libfaketimePaths),

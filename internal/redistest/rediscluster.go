@@ -26,6 +26,7 @@ func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
 // one a primary with a share of the 16,384 slots and no replicas.
 type RedisCluster struct {
 	Primaries []*Server
+	Replicas  []*Server // StartRedisClusterReplicas: one per primary
 }
 
 // ClusterAvailable reports whether redis-cli, which joins the cluster, is
@@ -46,6 +47,21 @@ func ClusterAvailable() (ok bool, why string) {
 // the reason, if redis-server or redis-cli is missing.
 func StartRedisCluster(t testing.TB, primaries int) *RedisCluster {
 	t.Helper()
+	return startRedisCluster(t, primaries, 0)
+}
+
+// StartRedisClusterReplicas is StartRedisCluster with one replica for each
+// primary (redis-cli --cluster-replicas 1), and a cluster node timeout of
+// 1s, so that a killed primary's replica takes over within seconds.
+// Replicas has them; the primaries stay in Primaries as started, even after
+// a failover.
+func StartRedisClusterReplicas(t testing.TB, primaries int) *RedisCluster {
+	t.Helper()
+	return startRedisCluster(t, primaries, 1)
+}
+
+func startRedisCluster(t testing.TB, primaries, replicas int) *RedisCluster {
+	t.Helper()
 	if ok, why := ClusterAvailable(); !ok {
 		t.Skip(why)
 	}
@@ -55,15 +71,28 @@ func StartRedisCluster(t testing.TB, primaries int) *RedisCluster {
 	dir := t.TempDir()
 	rc := &RedisCluster{}
 	args := []string{"--cluster", "create"}
-	for i := range primaries {
+	nodeTimeout := "2000"
+	if replicas > 0 {
+		nodeTimeout = "1000"
+	}
+	// redis-cli makes the first primaries-many nodes primaries, and the
+	// rest their replicas.
+	for i := range primaries * (1 + replicas) {
 		s := Start(t,
 			"--cluster-enabled", "yes",
 			"--cluster-port", strconv.Itoa(FreePort(t)),
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i)),
-			"--cluster-node-timeout", "2000",
+			"--cluster-node-timeout", nodeTimeout,
 		)
-		rc.Primaries = append(rc.Primaries, s)
+		if i < primaries {
+			rc.Primaries = append(rc.Primaries, s)
+		} else {
+			rc.Replicas = append(rc.Replicas, s)
+		}
 		args = append(args, s.Addr)
+	}
+	if replicas > 0 {
+		args = append(args, "--cluster-replicas", strconv.Itoa(replicas))
 	}
 	args = append(args, "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -73,6 +102,11 @@ func StartRedisCluster(t testing.TB, primaries int) *RedisCluster {
 	}
 	if err := rc.WaitOK(20 * time.Second); err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range rc.Primaries[:len(rc.Replicas)] {
+		if err := WaitReplicas(p.Addr, 1, 20*time.Second); err != nil {
+			t.Fatalf("cluster primary %s: %v", p.Addr, err)
+		}
 	}
 	return rc
 }

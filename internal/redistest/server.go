@@ -27,9 +27,28 @@ type Server struct {
 	out  *syncBuffer
 }
 
-// Available reports whether a redis-server binary is on PATH, and if not, why.
+// ServerEnv names the environment variable that selects the server binary
+// the tests start: a path printed by make servers (scripts/servers.sh), a
+// Valkey or newer Redis build that takes redis-server's flags. Unset, the
+// tests start redis-server from PATH (Debian 12's Redis 7.0).
+const ServerEnv = "REDLOCK_SERVER"
+
+// Binary returns the server binary the tests start: $REDLOCK_SERVER, or
+// redis-server.
+func Binary() string {
+	if b := os.Getenv(ServerEnv); b != "" {
+		return b
+	}
+	return "redis-server"
+}
+
+// Available reports whether the server binary (Binary) can be found, and if
+// not, why.
 func Available() (ok bool, why string) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	if _, err := exec.LookPath(Binary()); err != nil {
+		if os.Getenv(ServerEnv) != "" {
+			return false, fmt.Sprintf("%s=%s: %v (make servers installs it)", ServerEnv, Binary(), err)
+		}
 		return false, "redis-server is not installed (make test installs Debian's redis-server)"
 	}
 	return true, ""
@@ -82,12 +101,19 @@ func StartOnPort(t testing.TB, port int, extra ...string) *Server {
 		"--protected-mode", "no",
 		"--save", "",
 		"--appendonly", "no",
+		// Its own directory: a replica's full sync writes the RDB it
+		// receives there, which a server started later in the same
+		// directory would load (and refuse, if a newer server wrote it).
+		"--dir", t.TempDir(),
+		// A replica's full sync starts at once, not after the 5 s a
+		// primary waits by default for more replicas to share it.
+		"--repl-diskless-sync-delay", "0",
 	}, extra...)
 	out := new(syncBuffer)
-	cmd := exec.Command("redis-server", args...)
+	cmd := exec.Command(Binary(), args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting redis-server: %v", err)
+		t.Fatalf("starting %s: %v", Binary(), err)
 	}
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, cmd: cmd, out: out}
 	t.Cleanup(s.Stop)
