@@ -151,6 +151,12 @@ func (p *Pool) build(c driver.Command) (valkey.Completed, error) {
 	} else {
 		b = b.Args(args[c.FirstKey:]...)
 	}
+	if strings.EqualFold(c.Name, "WAIT") {
+		// WAIT (redlock.WithReplicaAcks) blocks its connection until the
+		// replicas answer: marked blocking, its batch goes out on a
+		// dedicated connection, not the one other callers share.
+		return b.Blocking(), nil
+	}
 	return b.Build(), nil
 }
 
