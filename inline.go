@@ -7,8 +7,10 @@ import (
 
 // The inline round: one node, whose Pool keeps its deadlines.
 //
-// fanout starts one goroutine per node so that it can stop waiting for a
-// node at the deadline whatever the node's Pool does. With one node (N=1,
+// fanout waits for the nodes from the caller's goroutine while their ops run
+// elsewhere (a goroutine per node, or a batch's goroutine in the node's
+// pipe), so that it can stop waiting for a node at the deadline whatever the
+// node's Pool does. With one node (N=1,
 // the most common deployment) that goroutine is the whole cost of the
 // coordinator at low concurrency: a fresh stack that grows on the first
 // command, and two wake-ups per round, one to start it and one to hand its

@@ -19,8 +19,18 @@ import (
 // wire at a time. A command that finds every wire busy joins the pipe's
 // queue, and the next wire to come free carries everything queued
 // meanwhile, handed to the Pool's Exec at once and answered in order. This
-// is group commit: nothing runs in the background; the first caller in line
-// sends the batch.
+// is group commit.
+//
+// Who carries a batch: a command is either waited for by its caller's
+// goroutine (send), or asynchronous (submit: fanout's rounds, whose
+// replies go to a callback, call.then). An asynchronous command that finds
+// a wire idle goes out on a goroutine of the pipe's own, a runner, which
+// then carries the batches queued meanwhile until the queue is empty; one
+// that queues costs no goroutine at all, which is the point: a round used
+// to park a goroutine per node per caller, each woken when its batch was
+// answered. A caller's goroutine that carried a batch hands the next one to
+// a waiting caller in it (the one with the latest deadline leads), or, if
+// none waits in it, to a new runner.
 //
 // Wires open only when the others are busy: a command that finds the queue
 // empty and a wire idle goes out at once, alone, on that wire. So one caller
@@ -117,6 +127,13 @@ type call struct {
 	// in the pipe: from then on, any later command on its key follows it.
 	unsent *atomic.Uint64
 	bit    uint64
+
+	// then, if set, makes the call asynchronous (submit): no goroutine
+	// waits for it; whoever runs its batch calls then.answer with its reply
+	// set, and then owns the call from that moment. node is the node it
+	// went to.
+	then answerer
+	node *node
 }
 
 // maxFreeCalls bounds the calls a pipe keeps for reuse after a burst: enough
@@ -149,11 +166,17 @@ func (p *pipe) recycle(c *call) {
 	clear(c.args)
 	c.alone[0] = nil
 	c.cmd, c.ctx, c.reply, c.late, c.unsent, c.lane = driver.Command{}, nil, driver.Reply{}, false, nil, 0
+	c.then, c.node = nil, nil
 	p.freeMu.Lock()
 	if len(p.free) < maxFreeCalls {
 		p.free = append(p.free, c)
 	}
 	p.freeMu.Unlock()
+}
+
+// An answerer takes an asynchronous call's reply (a fanout round's fan).
+type answerer interface {
+	answer(c *call)
 }
 
 // A pipe orders one node's commands into batches, on at most wires
@@ -205,7 +228,7 @@ func (p *pipe) send(pool driver.Pool, c *call, own bool) int {
 			p.wires[w].busy, p.wires[w].lanes = true, c.lane
 			p.mu.Unlock()
 			c.alone[0] = c
-			p.run(pool, w, c.alone[:], c, false)
+			p.run(pool, w, c.alone[:], c, false, false)
 			return answered
 		}
 	}
@@ -220,9 +243,32 @@ func (p *pipe) send(pool driver.Pool, c *call, own bool) int {
 	}
 	if batch := c.lead; batch != nil {
 		c.lead = nil
-		p.run(pool, c.wire, batch, c, true)
+		p.run(pool, c.wire, batch, c, true, false)
 	}
 	return answered
+}
+
+// submit hands c, whose then is set, to the pipe and returns without
+// waiting for its reply: c goes out at once on an idle wire, on a goroutine
+// that goes on to carry the batches queued meanwhile, or joins the queue,
+// and a goroutine that runs a batch (whoever it is) calls c.then. The
+// ordering rules are send's.
+func (p *pipe) submit(pool driver.Pool, c *call) {
+	p.mu.Lock()
+	if c.unsent != nil {
+		c.unsent.And(^c.bit)
+	}
+	if len(p.queue) == 0 {
+		if w := p.idleWire(c.lane); w >= 0 {
+			p.wires[w].busy, p.wires[w].lanes = true, c.lane
+			p.mu.Unlock()
+			c.alone[0] = c
+			go p.run(pool, w, c.alone[:], nil, false, true)
+			return
+		}
+	}
+	p.queue = append(p.queue, c)
+	p.mu.Unlock()
 }
 
 // idleWire returns a wire on which a command of lane may go out at once, or
@@ -250,7 +296,14 @@ func (p *pipe) await(c *call) int {
 	if c.timer == nil {
 		c.timer = time.NewTimer(wait)
 	} else {
-		c.timer.Reset(wait) // Go 1.23 timers: no stale value to drain
+		// Drained, in case the program runs with the timers of Go before
+		// 1.23 (GODEBUG asynctimerchan=1), where a fired timer's value
+		// stays in C after Stop and would end the next wait at once.
+		select {
+		case <-c.timer.C:
+		default:
+		}
+		c.timer.Reset(wait)
 	}
 	select {
 	case <-c.done:
@@ -278,40 +331,60 @@ func (p *pipe) await(c *call) int {
 
 // run sends batch on wire w, answers every call in it, and hands the wire
 // to the next batch. self is the caller's own call, which needs no wake-up;
-// queued says that batch is a buffer of the pipe's, to be reused.
-func (p *pipe) run(pool Pool, w int, batch []*call, self *call, queued bool) {
+// queued says that batch is a buffer of the pipe's, to be reused. A runner
+// (a goroutine of the pipe's own, started by submit or here) goes on to
+// carry the next batches as long as there are any; a caller's goroutine
+// hands the next batch to one of its waiting callers, or, if every call in
+// it is asynchronous, to a new runner.
+func (p *pipe) run(pool Pool, w int, batch []*call, self *call, queued, runner bool) {
 	wr := &p.wires[w]
-	wr.exchange(pool, batch)
-	for _, c := range batch {
-		if c != self {
-			c.done <- struct{}{}
+	for {
+		wr.exchange(pool, batch)
+		for _, c := range batch {
+			switch {
+			case c == self:
+			case c.then != nil:
+				c.then.answer(c)
+			default:
+				c.done <- struct{}{}
+			}
 		}
-	}
 
-	p.mu.Lock()
-	if queued {
-		clear(batch)
-		wr.spare = batch[:0]
-	}
-	next := p.take(w)
-	if len(next) == 0 {
-		wr.busy, wr.lanes = false, 0
+		p.mu.Lock()
+		if queued {
+			clear(batch)
+			wr.spare = batch[:0]
+		}
+		next := p.take(w)
+		if len(next) == 0 {
+			wr.busy, wr.lanes = false, 0
+			p.mu.Unlock()
+			return
+		}
+
+		// A waiting call leads, the one that may wait longest: its context
+		// bounds its wait. Chosen under p.mu, so that a call leaving at its
+		// deadline (await) knows whether it leads. (exchange bounds the
+		// batch by the latest deadline of all its calls.)
+		var leader *call
+		for _, c := range next {
+			if c.then == nil && (leader == nil || c.deadline.After(leader.deadline)) {
+				leader = c
+			}
+		}
+		if leader != nil {
+			leader.lead, leader.wire = next, w
+			p.mu.Unlock()
+			leader.done <- struct{}{}
+			return
+		}
 		p.mu.Unlock()
-		return
-	}
-
-	// The call that may wait longest leads: its context bounds the batch.
-	// Chosen under p.mu, so that a call leaving at its deadline (await)
-	// knows whether it leads.
-	leader := next[0]
-	for _, c := range next[1:] {
-		if c.deadline.After(leader.deadline) {
-			leader = c
+		if !runner {
+			go p.run(pool, w, next, nil, true, true)
+			return
 		}
+		batch, self, queued = next, nil, true
 	}
-	leader.lead, leader.wire = next, w
-	p.mu.Unlock()
-	leader.done <- struct{}{}
 }
 
 // take returns wire w's next batch: the queue, in order, but for the

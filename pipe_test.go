@@ -408,3 +408,77 @@ func TestPipeKeyOrderAcrossWires(t *testing.T) {
 	}
 	pool.none(t)
 }
+
+// A round's commands that queue in busy pipes wait there without a
+// goroutine each (fanout's async ops): with every wire of three nodes held,
+// 40 callers of TryLock add about one goroutine each (the caller's own),
+// not one more per node. Once the wires are let go, every caller gets the
+// lock.
+func TestQueuedCommandsNeedNoGoroutine(t *testing.T) {
+	const callers = 40
+	pools := []*gatePool{newGatePool(), newGatePool(), newGatePool()}
+	c, err := New([]Pool{pools[0], pools[1], pools[2]}, WithNodeTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := runtime.NumGoroutine()
+
+	errs := make(chan error, callers)
+	for i := range callers {
+		go func() {
+			_, err := c.TryLock(context.Background(), "k"+strconv.Itoa(i), time.Minute)
+			errs <- err
+		}()
+	}
+	// Every node: two batches on the wire, held, and the rest queued.
+	var held []gatedBatch
+	for _, p := range pools {
+		held = append(held, p.next(t), p.next(t))
+	}
+	queued := func() int {
+		sum := 0
+		for _, nd := range c.nodes {
+			nd.pipe.mu.Lock()
+			sum += len(nd.pipe.queue)
+			nd.pipe.mu.Unlock()
+		}
+		return sum
+	}
+	for start := time.Now(); queued() < 3*(callers-2); runtime.Gosched() {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%d commands queued, want %d", queued(), 3*(callers-2))
+		}
+	}
+	// The callers, and a goroutine for each batch on the wire; a goroutine
+	// per node per caller would be 120 more.
+	if extra := runtime.NumGoroutine() - before; extra > callers+3*wires+10 {
+		t.Errorf("%d goroutines more with %d callers queued on 3 nodes; want at most %d", extra, callers, callers+3*wires+10)
+	}
+
+	// Let every batch through, those held and those that follow.
+	for _, b := range held {
+		close(b.gate)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case b := <-pools[0].started:
+				close(b.gate)
+			case b := <-pools[1].started:
+				close(b.gate)
+			case b := <-pools[2].started:
+				close(b.gate)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

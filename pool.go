@@ -167,6 +167,10 @@ type cmdArgs struct {
 
 	// The nodes that answered the operation, and agreed (round.masks).
 	masks nodeMasks
+
+	// The acquisition's SET as an asyncOp (setNXAsync), and its arguments.
+	setOp   asyncOp
+	setArgs [5]any
 }
 
 func newCmdArgs(key, token string, ttl time.Duration, channel any) cmdArgs {
@@ -186,6 +190,11 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 	} else {
 		reply, err = n.send(ctx, deadline, a.lane, &a.unsent, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
 	}
+	return n.setReply(reply, err, deadline)
+}
+
+// setReply reads a node's reply to SET NX, as setNX does.
+func (n *node) setReply(reply any, err error, deadline time.Time) (bool, error) {
 	if err != nil || reply == nil {
 		return false, err
 	}
@@ -193,6 +202,43 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 		return false, n.fail(fmt.Errorf("redlock: unexpected reply %v to SET NX", reply), deadline)
 	}
 	return true, nil
+}
+
+// setNXAsync is setNX as an asyncOp, for a node without WithReplicaAcks,
+// kept in a (an acquisition's, used once).
+func (a *cmdArgs) setNXAsync() *asyncOp {
+	a.setArgs = [5]any{a.key, a.token, "NX", "PX", a.ttl}
+	a.setOp = asyncOp{name: "SET", numKeys: 1, args: a.setArgs[:], lane: a.lane, unsent: &a.unsent, read: readSetNX}
+	return &a.setOp
+}
+
+func readSetNX(n *node, reply any, err error, deadline time.Time) (bool, error, bool) {
+	yes, err := n.setReply(reply, err, deadline)
+	return yes, err, false
+}
+
+// An asyncOp is a round's op (round.async) as one command and the reading
+// of its reply, so that fanout can hand it to a node's pipe without a
+// goroutine waiting for it (pipe.submit). read turns the reply, or the
+// node's error, into the op's answer; retry asks fanout to run the round's
+// op instead, on a goroutine (after NOSCRIPT, say).
+type asyncOp struct {
+	name              string
+	firstKey, numKeys int
+	args              []any
+	lane              int
+	unsent            *atomic.Uint64
+	read              func(n *node, reply any, err error, deadline time.Time) (yes bool, _ error, retry bool)
+}
+
+// submit hands the async op to the node's pipe; then.answer runs with the
+// call, its reply set, once a batch has carried it.
+func (n *node) submit(ctx context.Context, deadline time.Time, a *asyncOp, then answerer) {
+	p := &n.pipe
+	c := p.newCall(ctx, deadline, a.name, a.firstKey, a.numKeys, a.args)
+	c.unsent, c.bit, c.lane = a.unsent, 1<<n.index, 1<<(a.lane&(lanes-1))
+	c.then, c.node = then, n
+	p.submit(n.pool, c)
 }
 
 // setNXFenced is setNX that also reads the node's fencing counter in the
@@ -249,6 +295,25 @@ func (n *node) releaseOwned(ctx context.Context, deadline time.Time, a *cmdArgs)
 	return reply == int64(1), err
 }
 
+// releaseOwnedAsync is releaseOwned as an asyncOp whose answer goes through
+// account. A node that does not have the script cached answers NOSCRIPT,
+// and the round's op runs instead (it resends by EVAL).
+func releaseOwnedAsync(a *cmdArgs, account func(n *node, deleted bool, err error) (bool, error)) *asyncOp {
+	s := &releaseScript
+	return &asyncOp{
+		name: "EVALSHA", firstKey: 2, numKeys: s.keys,
+		args: []any{s.hashArg, s.keysArg, a.key, a.token, a.channel},
+		lane: a.lane,
+		read: func(n *node, reply any, err error, _ time.Time) (bool, error, bool) {
+			if replyCode(err) == "NOSCRIPT" {
+				return false, nil, true
+			}
+			yes, err := account(n, reply == int64(1), err)
+			return yes, err, false
+		},
+	}
+}
+
 // command sends one command in lane 0 and waits for its reply at most until
 // deadline. A failure, including an error reply, comes back as a nil reply
 // and a *NodeError.
@@ -272,16 +337,23 @@ func (n *node) send(ctx context.Context, deadline time.Time, lane int, unsent *a
 	case leftBatch: // the batch's runner may still write c: not recycled
 		return nil, n.fail(ErrNodeTimeout, deadline)
 	}
-	reply, err := classify(c.reply)
+	reply, err := n.result(c)
 	p.recycle(c)
+	return reply, err
+}
+
+// result classifies an answered call's reply: a failure, including an
+// error reply, comes back as a nil reply and a *NodeError.
+func (n *node) result(c *call) (any, error) {
+	reply, err := classify(c.reply)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		if errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil {
 			// The only deadline the driver had that ctx does not carry is
 			// the node's: a driver that enforces it a little early (rueidis
 			// does) has still timed out.
 			err = ErrNodeTimeout
 		}
-		return nil, n.fail(err, deadline)
+		return nil, n.fail(err, c.deadline)
 	}
 	return reply, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,13 @@ type round struct {
 	// (fencing's round 2, whose refusals say nothing of round 1's SETs).
 	undo    nodeOp
 	undoAll bool
+
+	// async, if set, is op as one command and the reading of its reply,
+	// which fanout hands to a node's pipe without a goroutine waiting for
+	// it (pool.go, asyncOp); it must do what op does. Nodes with
+	// WithReplicaAcks, and every node while a test hook holds node starts,
+	// run op instead.
+	async *asyncOp
 
 	// lost, if set, runs when the round is lost, before any undo is sent.
 	lost func()
@@ -93,6 +101,14 @@ type overtaker interface {
 // testHookNodeStart, if set, runs at the start of each node's goroutine in a
 // round. Tests use it to hold a node's op back.
 var testHookNodeStart atomic.Pointer[func(c *Client, node int)]
+
+// A pendingNode is a node's answer, kept for what follows the verdict.
+type pendingNode struct {
+	nd        *node
+	yes       bool
+	err       error
+	overtaken bool
+}
 
 // A ballot is one node's answer.
 type ballot struct {
@@ -155,7 +171,9 @@ func causeOrder(err error) int {
 	return math.MaxInt32
 }
 
-// fanout sends r.op to every node in parallel and counts the answers.
+// fanout sends r.op to every node in parallel and counts the answers. A
+// node's op runs on a goroutine of its own, or, for a round with r.async,
+// waits in the node's pipe with no goroutine (fan.answer; pipe.go).
 //
 //   - Each node has until the deadline: now plus the node timeout, or ctx's
 //     deadline if that is sooner. A node that has not answered by then counts
@@ -179,8 +197,9 @@ func causeOrder(err error) int {
 //     no orphan key is left either way, short of a timed-out SET that
 //     reaches the node late (docs/algorithm.md bounds that case).
 //   - After a lost round with r.undo set, each node that may hold state runs
-//     r.undo (step 4). A node still in flight runs it once its op returns, on
-//     the same goroutine, so the undo follows the op. The undo has a fresh
+//     r.undo (step 4). A node still in flight runs it once its op returns
+//     (for an async op, on a goroutine started then), so the undo follows
+//     the op. The undo has a fresh
 //     node timeout that survives ctx's cancellation, and fanout waits for it,
 //     at most that long, before returning; the error then counts every
 //     node's answer, including those that came after the verdict. A node
@@ -214,71 +233,30 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	}
 
 	deadline := c.nodeDeadline(ctx)
-	// What the node goroutines share, in one allocation.
-	var shared struct {
-		running   atomic.Int32       // ops not yet returned
-		cancelOps context.CancelFunc // the last op to return ends opCtx
-		// The verdict, set before decided is closed.
-		lost         bool
-		undoCtx      context.Context
-		undoDeadline time.Time
-	}
+	f := &fan{c: c, r: r, ctx: ctx, deadline: deadline}
 	// Detached from ctx's cancellation, so that in-flight commands are not
 	// torn down mid-reply when the caller stops waiting: their connections
 	// stay usable, and the undo can follow them. It ends at the deadline, or
 	// once every op has returned and sent its ballot.
-	opCtx, cancelOps := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	shared.cancelOps = cancelOps
-	shared.running.Store(int32(n))
+	f.opCtx, f.cancelOps = context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	f.running.Store(int32(n))
+	f.pending = f.pendBuf[:0]
+	f.ballots = make(chan ballot, n)
+	f.decided, f.undone = undoChans(r, n)
+	if testHookNodeStart.Load() == nil {
+		f.async = r.async
+	}
+	if c.obs != nil {
+		f.began = time.Now()
+	}
 
-	ballots := make(chan ballot, n)
-	decided, undone := undoChans(r, n)
 	c.calls.Add(n)
 	for _, nd := range c.nodes {
-		go func() {
-			defer c.calls.Done()
-			if hook := testHookNodeStart.Load(); hook != nil {
-				(*hook)(c, nd.index)
-			}
-			var began time.Time
-			if c.obs != nil {
-				began = time.Now()
-			}
-			yes, err := r.op(opCtx, nd, deadline)
-			// Whether a release may have gone ahead of the op is judged as
-			// it returns: a resend after NOSCRIPT that returned before the
-			// lock was let go landed before any release was sent, even if
-			// this goroutine reaches the verdict only after Unlock began.
-			overtaken := r.overtaken != nil && r.overtaken.overtakenAt(nd.index)
-			if r.masks != nil {
-				r.masks.answer(nd.index, yes)
-			}
-			if c.obs != nil {
-				c.observeNode(opCtx, r.id, r.key, r.kind, nd, yes, err, time.Since(began))
-			}
-			ballots <- ballot{node: nd.index, yes: yes, err: err}
-			if shared.running.Add(-1) == 0 {
-				shared.cancelOps() // after the ballot: see the count below
-				if r.masks != nil {
-					r.masks.settle() // every node has answered
-				}
-			}
-			if r.undo == nil {
-				return
-			}
-			<-decided
-			switch {
-			case shared.lost && (yes || err != nil || r.undoAll):
-				if time.Now().Before(shared.undoDeadline) {
-					r.undo(shared.undoCtx, nd, shared.undoDeadline)
-				} else { // the op returned after the undo's time: give it its own
-					c.undoLate(ctx, r, nd)
-				}
-			case !shared.lost && (yes || err != nil) && overtaken:
-				c.undoLate(ctx, r, nd)
-			}
-			undone <- struct{}{}
-		}()
+		if f.async != nil && nd.acks == 0 {
+			nd.submit(f.opCtx, deadline, f.async, f)
+			continue
+		}
+		go f.run(nd)
 	}
 
 	answered := make([]bool, n)
@@ -291,14 +269,14 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 vote:
 	for !t.decided() {
 		select {
-		case b := <-ballots:
+		case b := <-f.ballots:
 			count(b)
-		case <-opCtx.Done():
+		case <-f.opCtx.Done():
 			// The deadline passed, or every node answered: the last op to
 			// return ends opCtx after sending its ballot. Count what was
 			// sent, then the silent nodes as timed out.
-			for len(ballots) > 0 && !t.decided() {
-				count(<-ballots)
+			for len(f.ballots) > 0 && !t.decided() {
+				count(<-f.ballots)
 			}
 			for i := range answered {
 				if !t.decided() {
@@ -323,33 +301,190 @@ vote:
 		return won, t
 	}
 
-	shared.lost = !won
-	if shared.lost {
+	f.lost = !won
+	if f.lost {
 		if r.lost != nil {
 			r.lost()
 		}
-		shared.undoDeadline = time.Now().Add(c.nodeTimeout)
+		f.undoDeadline = time.Now().Add(c.nodeTimeout)
 		var cancelUndo context.CancelFunc
-		shared.undoCtx, cancelUndo = context.WithDeadline(context.WithoutCancel(ctx), shared.undoDeadline)
+		f.undoCtx, cancelUndo = context.WithDeadline(context.WithoutCancel(ctx), f.undoDeadline)
 		defer cancelUndo()
 	}
-	close(decided)
-	if !shared.lost {
+	f.mu.Lock()
+	f.isDecided = true
+	pending := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	close(f.decided)
+	for _, p := range pending {
+		f.dispatch(p)
+	}
+	if !f.lost {
 		return won, t
 	}
 	for range n {
 		select {
-		case <-undone:
-		case <-shared.undoCtx.Done(): // the undo deadline
+		case <-f.undone:
+		case <-f.undoCtx.Done(): // the undo deadline
 			return won, t
 		}
 	}
 	// Every node has answered by now; count the answers that came after the
 	// verdict, so that the error names every node that failed.
-	for len(ballots) > 0 {
-		count(<-ballots)
+	for len(f.ballots) > 0 {
+		count(<-f.ballots)
 	}
 	return won, t
+}
+
+// A fan is one round of fanout, as the nodes' parts share it. A node's
+// part runs on a goroutine of its own (run), or, for a round with an
+// asyncOp, without one: the op waits in the node's pipe, and answer runs on
+// the goroutine that carried its batch.
+type fan struct {
+	c        *Client
+	r        round
+	async    *asyncOp // r.async, unless a test hook holds node starts
+	ctx      context.Context
+	opCtx    context.Context
+	deadline time.Time
+	began    time.Time // when the async ops went out, for the Observer
+
+	running   atomic.Int32       // ops not yet returned
+	cancelOps context.CancelFunc // the last op to return ends opCtx
+	ballots   chan ballot
+	decided   chan struct{} // closed once the verdict is set (rounds with an undo)
+	undone    chan struct{} // a node's part after the verdict is done
+
+	// The verdict, set before decided is closed and isDecided is set.
+	lost         bool
+	undoCtx      context.Context
+	undoDeadline time.Time
+
+	// Async ops that returned before the verdict wait for it here, under
+	// mu (rounds with an undo only); isDecided is set under mu.
+	mu        sync.Mutex
+	isDecided bool
+	pending   []pendingNode
+	pendBuf   [7]pendingNode // pending's storage, for up to 7 nodes
+}
+
+// run is node nd's part on a goroutine of its own.
+func (f *fan) run(nd *node) {
+	defer f.c.calls.Done()
+	if hook := testHookNodeStart.Load(); hook != nil {
+		(*hook)(f.c, nd.index)
+	}
+	var began time.Time
+	if f.c.obs != nil {
+		began = time.Now()
+	}
+	f.opThen(nd, began)
+}
+
+// opThen runs the op on nd, then what follows it, waiting for the verdict.
+func (f *fan) opThen(nd *node, began time.Time) {
+	yes, err := f.r.op(f.opCtx, nd, f.deadline)
+	overtaken := f.returned(nd, yes, err, began)
+	if f.r.undo == nil {
+		return
+	}
+	<-f.decided
+	f.afterVerdict(pendingNode{nd, yes, err, overtaken})
+}
+
+// answer is an async op's part once its batch has been answered, on the
+// goroutine that carried it (pipe.run): it must not wait.
+func (f *fan) answer(cl *call) {
+	nd := cl.node
+	reply, err := nd.result(cl)
+	nd.pipe.recycle(cl)
+	yes, err, retry := f.async.read(nd, reply, err, f.deadline)
+	if retry { // the op instead, on a goroutine of its own
+		go func() {
+			defer f.c.calls.Done()
+			f.opThen(nd, f.began)
+		}()
+		return
+	}
+	overtaken := f.returned(nd, yes, err, f.began)
+	if f.r.undo == nil {
+		f.c.calls.Done()
+		return
+	}
+	p := pendingNode{nd, yes, err, overtaken}
+	f.mu.Lock()
+	if !f.isDecided {
+		f.pending = append(f.pending, p)
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Unlock()
+	f.dispatch(p)
+}
+
+// returned is a node's part once its op has returned, until its ballot is
+// cast; it reports whether a release went ahead of the op.
+func (f *fan) returned(nd *node, yes bool, err error, began time.Time) (overtaken bool) {
+	r := &f.r
+	// Whether a release may have gone ahead of the op is judged as it
+	// returns: a resend after NOSCRIPT that returned before the lock was
+	// let go landed before any release was sent, even if this node's part
+	// reaches the verdict only after Unlock began.
+	overtaken = r.overtaken != nil && r.overtaken.overtakenAt(nd.index)
+	if r.masks != nil {
+		r.masks.answer(nd.index, yes)
+	}
+	if f.c.obs != nil {
+		f.c.observeNode(f.opCtx, r.id, r.key, r.kind, nd, yes, err, time.Since(began))
+	}
+	f.ballots <- ballot{node: nd.index, yes: yes, err: err}
+	if f.running.Add(-1) == 0 {
+		f.cancelOps() // after the ballot: see the count in fanout
+		if r.masks != nil {
+			r.masks.settle() // every node has answered
+		}
+	}
+	return overtaken
+}
+
+// needsUndo reports whether a node's part must run r.undo, given the
+// verdict: after a lost round, a node that may hold state; after a won
+// one, a node a release went ahead of.
+func (f *fan) needsUndo(p pendingNode) bool {
+	if f.lost {
+		return p.yes || p.err != nil || f.r.undoAll
+	}
+	return (p.yes || p.err != nil) && p.overtaken
+}
+
+// afterVerdict is a node's part once the verdict is known: the undo, if
+// it needs one, with the round's undo deadline, or with one of its own if
+// that has passed or the round was won.
+func (f *fan) afterVerdict(p pendingNode) {
+	switch {
+	case !f.needsUndo(p):
+	case f.lost && time.Now().Before(f.undoDeadline):
+		f.r.undo(f.undoCtx, p.nd, f.undoDeadline)
+	default:
+		f.c.undoLate(f.ctx, f.r, p.nd)
+	}
+	f.undone <- struct{}{}
+}
+
+// dispatch runs an async op's afterVerdict, on a goroutine of its own if
+// it sends an undo: the caller may be carrying the node's batches.
+func (f *fan) dispatch(p pendingNode) {
+	if !f.needsUndo(p) {
+		f.undone <- struct{}{}
+		f.c.calls.Done()
+		return
+	}
+	go func() {
+		defer f.c.calls.Done()
+		f.afterVerdict(p)
+	}()
 }
 
 // ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's

@@ -514,7 +514,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	if c.obs != nil {
 		held.report = func() { c.reportSettled(ctx, l, observe.OpAcquire, id, held) }
 	}
-	won, t := c.fanout(ctx, round{op: set, undo: release, valid: valid, overtaken: l,
+	var async *asyncOp // set without a goroutine per node (quorum.go)
+	if !fencing {
+		async = args.setNXAsync()
+	}
+	won, t := c.fanout(ctx, round{op: set, async: async, undo: release, valid: valid, overtaken: l,
 		kind: observe.OpAcquire, key: key, id: id, masks: &args.masks})
 	if !won {
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
@@ -1094,29 +1098,35 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	until := l.until
 	l.setUntilLocked(time.Time{})
 	l.mu.Unlock()
+	// A node's refusal is evidence that the lock was lost only if it came
+	// before the lock's validity ended (a key that expired at its ttl
+	// proves nothing), from the node's first release (a release that
+	// failed may have run and lost only its reply, and after it anything
+	// may have happened to the key). Any other refusal counts as a
+	// release: a retry never mistakes its own earlier deletions for a
+	// loss, and may miss a loss it cannot prove.
+	unsure := l.unsure.Load() // the nodes whose release has failed before
+	account := func(n *node, deleted bool, err error) (bool, error) {
+		bit := uint64(1) << n.index
+		switch {
+		case deleted:
+			l.deleted.Or(bit)
+		case err != nil:
+			l.unsure.Or(bit)
+		case unsure&bit == 0 && !until.IsZero() && c.clock.Now().Before(until):
+			l.evidence.Or(bit)
+		}
+		return err == nil && (l.deleted.Load()&bit != 0 || l.evidence.Load()&bit == 0), err
+	}
+	var async *asyncOp // released without a goroutine per node (quorum.go)
+	if l.ops == nil {
+		async = releaseOwnedAsync(&l.args, account)
+	}
 	won, t := c.releaseRound(ctx, round{
-		kind: observe.OpRelease, key: l.key, id: id, need: l.need,
+		kind: observe.OpRelease, key: l.key, id: id, need: l.need, async: async,
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			// A node's refusal is evidence that the lock was lost only if
-			// it came before the lock's validity ended (a key that expired
-			// at its ttl proves nothing), from the node's first release (a
-			// release that failed may have run and lost only its reply, and
-			// after it anything may have happened to the key). Any other
-			// refusal counts as a release: a retry never mistakes its own
-			// earlier deletions for a loss, and may miss a loss it cannot
-			// prove.
-			bit := uint64(1) << n.index
-			first := l.unsure.Load()&bit == 0
 			deleted, err := l.releaseOn(ctx, n, deadline, &l.args)
-			switch {
-			case deleted:
-				l.deleted.Or(bit)
-			case err != nil:
-				l.unsure.Or(bit)
-			case first && !until.IsZero() && c.clock.Now().Before(until):
-				l.evidence.Or(bit)
-			}
-			return err == nil && (l.deleted.Load()&bit != 0 || l.evidence.Load()&bit == 0), err
+			return account(n, deleted, err)
 		},
 	})
 	if won {
