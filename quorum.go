@@ -242,6 +242,8 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	f.running.Store(int32(n))
 	f.pending = f.pendBuf[:0]
 	f.ballots = make(chan ballot, n)
+	f.ready = make(chan struct{}, 1)
+	f.n, f.quorum = int32(n), int32(t.quorum)
 	f.decided, f.undone = undoChans(r, n)
 	if testHookNodeStart.Load() == nil {
 		f.async = r.async
@@ -269,8 +271,11 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 vote:
 	for !t.decided() {
 		select {
-		case b := <-f.ballots:
-			count(b)
+		case <-f.ready:
+			// The ballots cast so far may decide the round (fan.returned).
+			for len(f.ballots) > 0 && !t.decided() {
+				count(<-f.ballots)
+			}
 		case <-f.opCtx.Done():
 			// The deadline passed, or every node answered: the last op to
 			// return ends opCtx after sending its ballot. Count what was
@@ -354,6 +359,12 @@ type fan struct {
 	running   atomic.Int32       // ops not yet returned
 	cancelOps context.CancelFunc // the last op to return ends opCtx
 	ballots   chan ballot
+	// ready tells the vote that the ballots cast may decide the round: it
+	// is woken once or twice per round rather than once per node. yes and
+	// no count the ballots cast, toward n and quorum.
+	ready     chan struct{}
+	yes, no   atomic.Int32
+	n, quorum int32
 	decided   chan struct{} // closed once the verdict is set (rounds with an undo)
 	undone    chan struct{} // a node's part after the verdict is done
 
@@ -440,6 +451,18 @@ func (f *fan) returned(nd *node, yes bool, err error, began time.Time) (overtake
 		f.c.observeNode(f.opCtx, r.id, r.key, r.kind, nd, yes, err, time.Since(began))
 	}
 	f.ballots <- ballot{node: nd.index, yes: yes, err: err}
+	var ayes, nos int32
+	if yes {
+		ayes, nos = f.yes.Add(1), f.no.Load()
+	} else {
+		ayes, nos = f.yes.Load(), f.no.Add(1)
+	}
+	if ayes >= f.quorum || nos > f.n-f.quorum { // as tally.decided
+		select {
+		case f.ready <- struct{}{}:
+		default: // the vote has been told already, and will drain
+		}
+	}
 	if f.running.Add(-1) == 0 {
 		f.cancelOps() // after the ballot: see the count in fanout
 		if r.masks != nil {
