@@ -57,7 +57,7 @@ func init() {
 		rec, ok := n.get(str(ka[1]))
 		fields := strings.SplitN(rec, "\x00", 3)
 		if !ok || len(fields) != 3 || fields[0] != token {
-			return nil, nil
+			return int64(0), nil // a key, and no record naming its token
 		}
 		return []any{fields[1], fields[2]}, nil
 	}
