@@ -10,7 +10,8 @@ package redlock
 // to the lock key on each node (scripts/elect_publish.lua), written only
 // while that node's key holds the leader's token. A reader asks every node
 // which leader it sees (scripts/elect_read.lua: the record, if the key still
-// holds the token it names) and believes only an answer that a majority of
+// holds the token it names; no leader only if the node has no key at all;
+// else that it cannot say) and believes only an answer that a majority of
 // nodes gives (agree). docs/election.md has the safety argument.
 
 import (
@@ -278,9 +279,11 @@ func (ld *Leadership) isReleased() bool {
 // A Leader is who leads an election, as a majority of nodes saw it at one
 // read: the leader's value and its term, and when the read began.
 //
-// Term 0 means no leader: a majority of nodes saw none, or, with Unknown
-// set, no answer had a majority (nodes down or slow, a hand-over or a
-// publish in progress), so that the read cannot say who leads. A read is
+// Term 0 means no leader: a majority of nodes held no key for the
+// election; or, with Unknown set, the read cannot say who leads: no answer
+// had a majority (nodes down or slow, a hand-over in progress), or a
+// majority held a key without a leader record naming it (a leader that has
+// not published its value there yet). A read is
 // never newer than its ReadAt: the nodes answered at some instant between
 // ReadAt and its return, so time.Since(ReadAt) bounds its age. A leader's
 // term may have ended since; a leader that acts on its own leadership uses
@@ -301,14 +304,17 @@ func (l Leader) same(o Leader) bool {
 // nodes reports. Each node counts a leader only while it still holds the
 // leader's lock key, and a leader publishes only after it was granted, so
 // Leader reports only leaders that Campaign elected; and while a leadership
-// is valid, Leader reports no other (docs/election.md).
+// is valid, Leader reports no other, and never that no one leads
+// (docs/election.md).
 //
 // If no leader has a majority, it returns an error wrapping ErrNoLeader,
 // with the nodes' failures if any, and a Leader of term 0 that says which:
-// a majority sees no one leading, or (Unknown) no answer has a majority:
-// the leader has not yet published its value on a majority, a hand-over is
-// under way, too many nodes failed to answer, or ctx ended first (the error
-// then wraps ctx.Err() too, and says nothing of the nodes). Every Leader it returns
+// a majority holds no key, so that no one leads, or (Unknown) the read
+// cannot say: the leader has not yet published its value on a majority
+// (a node that holds a key without its record counts here, never as "no
+// leader"), a hand-over is under way, too many nodes failed to answer, or
+// ctx ended first (the error then wraps ctx.Err() too, and says nothing of
+// the nodes). Every Leader it returns
 // has its ReadAt. Leader takes at most one node timeout, and returns as
 // soon as a majority agrees or none can.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
@@ -337,6 +343,11 @@ func (e *Election) readDecided(ctx context.Context) (ld Leader, decided bool, er
 	case !ok:
 		return Leader{ReadAt: readAt, Unknown: true}, false, aggregate(fmt.Errorf("%w: election %q: no answer has a majority of the %d nodes",
 			ErrNoLeader, e.name, len(c.nodes)), causes)
+	case s.unnamed:
+		// A majority holds a key whose record is not there (yet): someone
+		// may lead, and the nodes cannot say who.
+		return Leader{ReadAt: readAt, Unknown: true}, false, aggregate(fmt.Errorf("%w: election %q: a majority of nodes holds the key without a leader record naming its token",
+			ErrNoLeader, e.name), causes)
 	case s.term == 0:
 		return Leader{ReadAt: readAt}, true, aggregate(fmt.Errorf("%w: election %q: a majority of nodes sees no leader",
 			ErrNoLeader, e.name), causes)
@@ -347,9 +358,10 @@ func (e *Election) readDecided(ctx context.Context) (ld Leader, decided bool, er
 // Observe returns a channel that carries the election's leader each time
 // what the nodes say changes: first what they say when Observe starts, then
 // each change, as Leader would read it, every value with its ReadAt. A
-// value of term 0 is no leader; one with Unknown set means that no answer
-// had a majority, reported once when it begins, not skipped and not hidden
-// behind the last leader seen. A leader older (by term) than one already
+// value of term 0 is no leader; one with Unknown set means that the read
+// could not say who leads (as for Leader: a new leader shows so until its
+// record is on a majority), reported once when it begins, not skipped and
+// not hidden behind the last leader seen. A leader older (by term) than one already
 // sent is skipped, so the terms sent never go back.
 //
 // When it reads. It reads at once whenever a release of the election's key
@@ -518,8 +530,8 @@ func (ld *Leadership) closeByClient() {
 // again: after each retry delay until a majority has it, then every ttl/3
 // while it leads, so that the record is wherever the key is. Extend
 // re-seeds the key on a node that restarted empty, but not the record;
-// without the repeat, that node, and with enough of them a majority, would
-// read "no leader" for the whole term.
+// without the repeat, that node, and with enough of them a majority, could
+// not name the leader (Unknown) for the whole term.
 func (ld *Leadership) run() {
 	defer close(ld.ended)
 	c := ld.election.client
@@ -724,10 +736,14 @@ func (ld *Leadership) Resign(ctx context.Context) error {
 	return err
 }
 
-// A sight is the leader one node sees; the zero sight is none.
+// A sight is the leader one node sees; the zero sight is none: the node
+// has no lock key. unnamed is a node that has the key but no record naming
+// its token, so that it cannot say who leads, only that someone holds the
+// key there.
 type sight struct {
-	term  uint64
-	value string
+	term    uint64
+	value   string
+	unnamed bool
 }
 
 // readLeader runs the read script: the leader this node sees, if any.
@@ -735,6 +751,9 @@ func (n *node) readLeader(ctx context.Context, deadline time.Time, lane int, key
 	reply, err := n.eval(ctx, deadline, lane, &electReadScript, key, record)
 	if err != nil || reply == nil {
 		return sight{}, err
+	}
+	if reply == int64(0) {
+		return sight{unnamed: true}, nil
 	}
 	if arr, ok := reply.([]any); ok && len(arr) == 2 {
 		termText, ok1 := replyText(arr[0])

@@ -427,17 +427,18 @@ func TestElectionLeaderIgnoresStaleRecords(t *testing.T) {
 	if kept < 2 {
 		t.Fatalf("the old record is on %d nodes, want a majority", kept)
 	}
-	if got, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) {
-		t.Fatalf("Leader after the resign = %+v, %v; want ErrNoLeader", got, err)
+	if got, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) || got.Unknown {
+		t.Fatalf("Leader after the resign = %+v, %v; want ErrNoLeader, no one leading", got, err)
 	}
-	// A key set by someone else (a plain Lock on the same name) is no leader.
+	// A key set by someone else (a plain Lock on the same name) is no
+	// leader that Leader can name: it is Unknown, since someone holds it.
 	for _, m := range c.nodes {
 		if err := m.Set("svc", "someone-else"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) {
-		t.Fatalf("Leader with a foreign key = %+v, %v; want ErrNoLeader", got, err)
+	if got, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) || !got.Unknown {
+		t.Fatalf("Leader with a foreign key = %+v, %v; want ErrNoLeader, Unknown", got, err)
 	}
 }
 
@@ -501,11 +502,21 @@ func TestElectionObserve(t *testing.T) {
 		}
 		return redlock.Leader{}
 	}
+	// An election may show as Unknown first: between the acquisition and
+	// the publish, nodes hold the new key without its record.
+	known := func(what string) redlock.Leader {
+		t.Helper()
+		l := next(what)
+		if l.Unknown {
+			l = next(what + ", after Unknown")
+		}
+		return l
+	}
 	if l := next("at the start"); !sameLeader(l, redlock.Leader{}) {
 		t.Fatalf("first observation %+v, want the zero Leader", l)
 	}
 	a := mustCampaign(t, c.client(t).Election("svc", opts...), "a")
-	if l := next("a elected"); !sameLeader(l, redlock.Leader{Value: "a", Term: a.Term()}) {
+	if l := known("a elected"); !sameLeader(l, redlock.Leader{Value: "a", Term: a.Term()}) {
 		t.Fatalf("observed %+v, want a at term %d", l, a.Term())
 	}
 	mustResign(t, a)
@@ -513,7 +524,7 @@ func TestElectionObserve(t *testing.T) {
 		t.Fatalf("observed %+v after the resign, want the zero Leader", l)
 	}
 	b := mustCampaign(t, c.client(t).Election("svc", opts...), "b")
-	if l := next("b elected"); !sameLeader(l, redlock.Leader{Value: "b", Term: b.Term()}) || l.Term <= a.Term() {
+	if l := known("b elected"); !sameLeader(l, redlock.Leader{Value: "b", Term: b.Term()}) || l.Term <= a.Term() {
 		t.Fatalf("observed %+v, want b at term %d > %d", l, b.Term(), a.Term())
 	}
 	cancel()
@@ -785,5 +796,63 @@ func TestElectionObserveEnds(t *testing.T) {
 	drained(ch, "Close")
 	if _, err := client.Election("svc").Observe(context.Background()); !errors.Is(err, redlock.ErrClosed) {
 		t.Fatalf("Observe after Close = %v, want ErrClosed", err)
+	}
+}
+
+// A node that holds the leader's key but not yet its record (a re-seeded
+// key, a publish still on its way) cannot name the leader, but it does not
+// see "no leader" either: it makes the read Unknown. So while a valid leader
+// holds its key on a majority, no read decides that no one leads, even when
+// another node has restarted empty (issue 21: Observe sent "no leader"
+// while the leader led, during restarts one node at a time).
+func TestElectionKeyWithoutRecordIsNotNoLeader(t *testing.T) {
+	c := newCluster(t, 3)
+	client := c.client(t)
+	e := client.Election("svc", redlock.WithElectionTTL(time.Minute)) // no extension or republish for 20s
+	ctx := context.Background()
+	ld := mustCampaign(t, e, "a")
+	redlock.Settle(client) // the key and the record are on every node
+	token := c.values("svc")[0]
+
+	c.nodes[2].Del(electRecordKey) // node 2: the key, not the record
+	c.nodes[1].FlushAll()          // node 1: restarted empty
+	if vals := c.values("svc"); vals[0] != token || vals[2] != token {
+		t.Fatalf("the leader's key is on %q; want it on nodes 0 and 2", vals)
+	}
+	got, err := e.Leader(ctx)
+	if !errors.Is(err, redlock.ErrNoLeader) || !got.Unknown || got.Term != 0 {
+		t.Fatalf("Leader with the key on 2 of 3 nodes, the record on 1 = %+v, %v; want Unknown and ErrNoLeader, never a decided no leader", got, err)
+	}
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := e.Observe(octx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-ch:
+		if !l.Unknown || l.Term != 0 {
+			t.Fatalf("Observe sent %+v; want Unknown", l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe sent nothing in 5s")
+	}
+
+	// Every node that holds the key lacks the record: still Unknown.
+	c.nodes[0].Del(electRecordKey)
+	if got, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) || !got.Unknown {
+		t.Fatalf("Leader with the key and no record on a majority = %+v, %v; want Unknown", got, err)
+	}
+	// Once the record is back where the key is, the leader reads again.
+	if err := ld.Proclaim(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Leader(ctx); err != nil || !sameLeader(got, redlock.Leader{Value: "a", Term: ld.Term()}) {
+		t.Fatalf("Leader once the record is back = %+v, %v; want a at term %d", got, err, ld.Term())
+	}
+	mustResign(t, ld)
+	// No key anywhere: a decided no leader.
+	if got, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) || got.Unknown || got.Term != 0 {
+		t.Fatalf("Leader after the resign = %+v, %v; want no leader, not Unknown", got, err)
 	}
 }

@@ -15,7 +15,8 @@ package redlock
 // checker holds what the readers saw to:
 //
 //   - Leader never reported a value and term that no Campaign was granted,
-//     and never another leader while one was valid for the whole read;
+//     never another leader while one was valid for the whole read, and
+//     never that no one leads while one was valid for the whole read;
 //   - Observe's leaders were all granted, with terms that never go back.
 //
 //	go test -run 'TestSimulationElection' .                    # fast subset
@@ -57,7 +58,10 @@ func init() {
 		rec, ok := n.get(str(ka[1]))
 		fields := strings.SplitN(rec, "\x00", 3)
 		if !ok || len(fields) != 3 || fields[0] != token {
-			return nil, nil
+			if n.world != nil && n.world.cfg.unsafe.recordlessNone {
+				return nil, nil // the unsafe variant: "no leader", as before issue 21
+			}
+			return int64(0), nil // a key, and no record naming its token
 		}
 		return []any{fields[1], fields[2]}, nil
 	}
@@ -113,6 +117,7 @@ var simElection = &simPrimitive{
 	},
 	check: func(cfg simConfig, run *simRun) []string {
 		v := checkLeaders(run.grants, run.reports, run.observed)
+		v = append(v, checkNoneWhileValid(run.grants, run.none)...)
 		if cfg.lossless {
 			v = append(v, checkRecords(cfg, run)...)
 		}
@@ -230,6 +235,24 @@ func checkLeaders(elected []grant, reports []leaderReport, observed []Leader) []
 	return v
 }
 
+// checkNoneWhileValid holds the reads on which a majority saw no leader to
+// the rule of docs/election.md: a node sees no leader only without the key,
+// and a valid leader's key is on a majority, so no such read falls wholly
+// within a leadership's validity.
+func checkNoneWhileValid(elected []grant, none []leaderReport) []string {
+	var v []string
+	for _, r := range none {
+		for _, g := range elected {
+			if !g.granted.After(r.start) && !g.end.Before(r.end) {
+				v = append(v, fmt.Sprintf("Leader: reader %d was told no leader while %q (term %d) was valid for the whole read",
+					r.worker, g.name, g.token))
+				break
+			}
+		}
+	}
+	return v
+}
+
 // checkRecords is the liveness check of the leader record (issue 21: a
 // restart that lost it left a valid leader reading as "no leader" for its
 // whole term). On a network that loses no message, with no node full and
@@ -266,6 +289,7 @@ func TestSimulationElection(t *testing.T) {
 	s := simulate(t, simElection)
 	t.Logf("%d campaigns, %d leaderships, %d writes accepted, %d stale writes rejected; Leader named a leader %d times and no leader %d times; Observe sent %d changes",
 		s.campaigns, s.grants, s.writes, s.grants-s.writes, s.reports, s.noLeader, s.observed)
+	t.Logf("%d of the no-leader answers were decided (a majority without the key), held to checkNoneWhileValid", s.decidedNone)
 	t.Logf("%d schedules with lost records and nothing else in a leader's way: %d no-leader reads held to checkRecords", s.lossless, s.noneChecked)
 	if s.reports == 0 || s.observed == 0 {
 		t.Fatalf("%d leaderships, %d reports, %d observed changes: the simulation exercised too little", s.grants, s.reports, s.observed)
@@ -286,6 +310,22 @@ func TestSimulationElection(t *testing.T) {
 // checker finds overlapping leaders or repeated terms.
 func TestSimulationElectionCatchesQuorumOfOne(t *testing.T) {
 	simCatches(t, simElection, 40, func(cfg *simConfig) { cfg.unsafe.quorum = 1 }, nil)
+}
+
+// A node that holds a key without the record naming it answers "no leader",
+// as elect_read.lua did before issue 21 (the unsafe variant lives in the
+// simulation's copy of the script): the checker finds a reader told that
+// no one leads while a leader was valid for the whole read (a publish that
+// reached too few nodes, records lost in a restart).
+func TestSimulationElectionCatchesRecordlessNone(t *testing.T) {
+	simCatches(t, simElection, 40, func(cfg *simConfig) { cfg.unsafe.recordlessNone = true }, func(_ simConfig, run simRun) bool {
+		for _, v := range run.violations {
+			if strings.Contains(v, "was told no leader while") {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // With a safe election but readers that believe one node, the checker finds

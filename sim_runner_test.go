@@ -770,6 +770,7 @@ type simTotals struct {
 	woken, wokenWon                   int
 	closed, prefixed, oom, repeats    int
 	reports, noLeader, observed       int
+	decidedNone                       int // election: Leader calls on which a majority saw no leader (checkNoneWhileValid)
 	lossless, noneChecked             int // election: schedules whose records' liveness is checked, and their no-leader reads
 	campaigns                         int
 }
@@ -826,6 +827,7 @@ func (s *simTotals) add(p *simPrimitive, cfg simConfig, run simRun) {
 	}
 	s.reports += len(run.reports)
 	s.noLeader += run.noLeader
+	s.decidedNone += len(run.none)
 	s.observed += len(run.observed)
 	s.campaigns += run.campaigns
 }

@@ -95,13 +95,14 @@ type simConfig struct {
 // world (a node's script, the port, a quorum set on a Client): none is a
 // switch in the library's code.
 type simUnsafe struct {
-	noticeVotes  bool      // the port turns a refusal into agreement on a node that announced a release to the Client since its last acquisition there
-	skipRelease  bool      // the port drops a release whose caller's context had ended: the release that issue 23 says must always go out
-	quorum       int       // if > 0, every Client's quorum (election: leaders, and readers, on fewer nodes)
-	readQuorum   int       // election: if > 0, Leader and Observe run on Clients of this quorum
-	semQuorum    int       // semaphore: if > 0, the semaphore's quorum
-	rw           rwVariant // RW lock: nodes that admit a reader beside a writer, or the reverse
-	sharedTokens bool      // semaphore: the nodes re-score a repeated token instead of refusing it
+	noticeVotes    bool      // the port turns a refusal into agreement on a node that announced a release to the Client since its last acquisition there
+	skipRelease    bool      // the port drops a release whose caller's context had ended: the release that issue 23 says must always go out
+	quorum         int       // if > 0, every Client's quorum (election: leaders, and readers, on fewer nodes)
+	readQuorum     int       // election: if > 0, Leader and Observe run on Clients of this quorum
+	semQuorum      int       // semaphore: if > 0, the semaphore's quorum
+	rw             rwVariant // RW lock: nodes that admit a reader beside a writer, or the reverse
+	sharedTokens   bool      // semaphore: the nodes re-score a repeated token instead of refusing it
+	recordlessNone bool      // election: a node with the key but no record naming it answers "no leader" (the read before issue 21)
 }
 
 const (
