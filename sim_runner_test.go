@@ -403,7 +403,7 @@ func runSchedule(t *testing.T, p *simPrimitive, cfg simConfig) simRun {
 			n.world = w
 			n.watch = cfg.prefix + simKey
 			w.nodes = append(w.nodes, n)
-			if cfg.unsafe.rw != rwSafe || cfg.unsafe.sharedTokens {
+			if cfg.unsafe != (simUnsafe{}) { // the nodes' scripts look their variant up
 				simUnsafeNodes.Store(n, cfg.unsafe)
 				defer simUnsafeNodes.Delete(n)
 			}

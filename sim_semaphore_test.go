@@ -18,6 +18,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -28,87 +29,168 @@ import (
 
 const simSemKey = "permits"
 
-// The Go equivalents of scripts/semaphore_*.lua, run with the node's lock
-// held. A sorted set is kept in one simValue: "token score;token score",
-// scores being expiries in milliseconds on the node's clock, and the value's
-// own expiry is its latest score (PEXPIREAT).
+// The Go equivalents of scripts/semaphore_*.lua, step by step, run with
+// the node's lock held. A sorted set is kept in one simValue as Redis keeps
+// it: every member, live or expired, "member score;member score", the
+// scores being expiries in milliseconds on the node's clock, and the key's
+// own expiry set by PEXPIREAT only where a script sets it.
+// TestSimSemaphoreScriptsMatchLua runs these and the Lua side by side.
 func init() {
-	simScripts[semAcquireScript.hash] = func(n *simNode, ka []any) (any, error) {
-		set, now := n.zset(str(ka[0]))
-		if _, ok := set[str(ka[1])]; ok && !simUnsafeOf(n).sharedTokens {
-			return int64(2), nil // a repeated token is refused
-		}
-		if int64(len(set)) >= num(ka[3]) {
-			return int64(0), nil
-		}
-		if err := n.grow(); err != nil {
-			return nil, err // ZADD is the script's first write
-		}
-		set[str(ka[1])] = now + num(ka[2])
-		n.storeZset(str(ka[0]), set)
-		return int64(1), nil
-	}
-	simScripts[semExtendScript.hash] = func(n *simNode, ka []any) (any, error) {
-		set, now := n.zset(str(ka[0]))
-		score, ok := set[str(ka[1])]
-		if !ok {
-			n.storeZset(str(ka[0]), set) // the expired members are gone
-			return int64(0), nil
-		}
-		set[str(ka[1])] = max(score, now+num(ka[2])) // never shorter
-		n.storeZset(str(ka[0]), set)
-		return int64(1), nil
-	}
-	simScripts[semReleaseScript.hash] = func(n *simNode, ka []any) (any, error) {
-		set, _ := n.zset(str(ka[0]))
-		_, ok := set[str(ka[1])]
-		delete(set, str(ka[1]))
-		n.storeZset(str(ka[0]), set)
-		if ok {
-			return int64(1), nil
-		}
-		return int64(0), nil
-	}
+	simScripts[semAcquireScript.hash] = simSemAcquire
+	simScripts[semExtendScript.hash] = simSemExtend
+	simScripts[semReleaseScript.hash] = simSemRelease
 }
 
-// zset returns key's live members (token → expiry) and the node's time, in
-// milliseconds on its clock, as TIME gives it; expired members are dropped
-// (ZREMRANGEBYSCORE -inf now).
-func (n *simNode) zset(key string) (map[string]int64, int64) {
-	now := n.now().UnixMilli()
-	set := map[string]int64{}
+// simSemAcquire is semaphore_acquire.lua: KEYS[1] set, ARGV[1] member
+// ("weight:token"), ARGV[2] ttl, ARGV[3] K, ARGV[4] the member's weight.
+func simSemAcquire(n *simNode, ka []any) (any, error) {
+	z := n.zset(str(ka[0]))
+	member, ttl, k, weight := str(ka[1]), num(ka[2]), num(ka[3]), num(ka[4])
+	u := simUnsafeOf(n)
+	_, token := semSplit(member)
+	var used int64
+	for m, score := range z.members {
+		w, tok := semSplit(m)
+		if tok == token && !u.sharedTokens {
+			return int64(2), nil // a repeated token is refused, live or expired, whatever its weight
+		}
+		if u.unweighted {
+			w = 1 // the unsafe variant: every member counts as one
+		}
+		if score > z.now {
+			used += w
+		}
+	}
+	if u.unweighted {
+		weight = 1 // ... and so does the caller
+	}
+	if used+weight > k {
+		return int64(0), nil
+	}
+	if err := n.grow(); err != nil {
+		return nil, err // ZADD is the script's first write
+	}
+	z.members[member] = z.now + ttl
+	z.removeExpired()
+	z.expireAtLast()
+	n.storeZset(z)
+	return int64(1), nil
+}
+
+// simSemExtend is semaphore_extend.lua: KEYS[1] set, ARGV[1] member, ARGV[2]
+// ttl.
+func simSemExtend(n *simNode, ka []any) (any, error) {
+	z := n.zset(str(ka[0]))
+	member, ttl := str(ka[1]), num(ka[2])
+	z.removeExpired()
+	score, ok := z.members[member]
+	if ok {
+		if expiry := z.now + ttl; expiry > score { // never shorter
+			z.members[member] = expiry
+			z.expireAtLast()
+		}
+	}
+	n.storeZset(z)
+	if !ok {
+		return int64(0), nil
+	}
+	return int64(1), nil
+}
+
+// simSemRelease is semaphore_release.lua: KEYS[1] set, ARGV[1] member,
+// ARGV[2] channel.
+func simSemRelease(n *simNode, ka []any) (any, error) {
+	key, member := str(ka[0]), str(ka[1])
+	z := n.zset(key)
+	z.removeExpired()
+	_, ok := z.members[member]
+	delete(z.members, member)
+	n.storeZset(z)
+	if !ok {
+		return int64(0), nil
+	}
+	if len(ka) > 2 && str(ka[2]) != "" {
+		n.announce(key)
+	}
+	return int64(1), nil
+}
+
+// semSplit is the scripts' split: a member "<weight>:<token>" whose weight
+// is decimal from 1 up (Lua's "^[1-9]%d*:") weighs that much; any other
+// member weighs 1 and is its own token.
+func semSplit(m string) (int64, string) {
+	i := strings.IndexByte(m, ':')
+	if i < 1 || m[0] < '1' || m[0] > '9' || strings.Trim(m[1:i], "0123456789") != "" {
+		return 1, m
+	}
+	w, err := strconv.ParseInt(m[:i], 10, 64)
+	if err != nil {
+		w = math.MaxInt32 // more than any K: Lua's tonumber gives a huge float
+	}
+	return w, m[i+1:]
+}
+
+// A simZset is a sorted set read from a node: its members (member →
+// score), live or expired, the key's own expiry, and the node's time in
+// milliseconds on its clock, as TIME gives it.
+type simZset struct {
+	key     string
+	members map[string]int64
+	expires time.Time
+	now     int64
+}
+
+// zset reads key's sorted set; a key past its own expiry reads as empty,
+// as Redis expires it on access.
+func (n *simNode) zset(key string) *simZset {
+	z := &simZset{key: key, members: map[string]int64{}, now: n.now().UnixMilli()}
 	v, ok := n.get(key)
 	if !ok || v == "" {
-		return set, now
+		return z
 	}
+	z.expires = n.data[key].expires
 	for _, m := range strings.Split(v, ";") {
-		token, score, _ := strings.Cut(m, " ")
+		member, score, _ := strings.Cut(m, " ")
 		s, err := strconv.ParseInt(score, 10, 64)
 		if err != nil {
 			panic(fmt.Sprintf("sim: bad sorted set %q", v))
 		}
-		if s > now {
-			set[token] = s
-		}
+		z.members[member] = s
 	}
-	return set, now
+	return z
 }
 
-// storeZset writes key's members back, with the key's expiry at the latest
-// score; an empty set is deleted, as Redis deletes an empty sorted set.
-func (n *simNode) storeZset(key string, set map[string]int64) {
-	if len(set) == 0 {
-		delete(n.data, key)
+// removeExpired is ZREMRANGEBYSCORE key -inf now.
+func (z *simZset) removeExpired() {
+	for m, s := range z.members {
+		if s <= z.now {
+			delete(z.members, m)
+		}
+	}
+}
+
+// expireAtLast is PEXPIREAT key <the latest score>.
+func (z *simZset) expireAtLast() {
+	var last int64
+	for _, s := range z.members {
+		last = max(last, s)
+	}
+	z.expires = time.UnixMilli(last)
+}
+
+// storeZset writes z back; an empty set is deleted, as Redis deletes an
+// empty sorted set.
+func (n *simNode) storeZset(z *simZset) {
+	if len(z.members) == 0 {
+		delete(n.data, z.key)
 		return
 	}
 	var parts []string
-	var last int64
-	for token, s := range set {
-		parts = append(parts, token+" "+strconv.FormatInt(s, 10))
-		last = max(last, s)
+	for m, s := range z.members {
+		parts = append(parts, m+" "+strconv.FormatInt(s, 10))
 	}
 	slices.Sort(parts)
-	n.data[key] = simValue{v: strings.Join(parts, ";"), expires: time.UnixMilli(last)}
+	n.data[z.key] = simValue{v: strings.Join(parts, ";"), expires: z.expires}
 }
 
 var simSemaphore = &simPrimitive{

@@ -102,6 +102,7 @@ type simUnsafe struct {
 	semQuorum      int       // semaphore: if > 0, the semaphore's quorum
 	rw             rwVariant // RW lock: nodes that admit a reader beside a writer, or the reverse
 	sharedTokens   bool      // semaphore: the nodes re-score a repeated token instead of refusing it
+	unweighted     bool      // semaphore: the nodes count every member, and the caller, as weight 1 when they admit
 	recordlessNone bool      // election: a node with the key but no record naming it answers "no leader" (the read before issue 21)
 }
 
