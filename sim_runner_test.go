@@ -10,17 +10,19 @@ package redlock
 // crashes, delays and drops, the fault model has: nodes at maxmemory,
 // a key prefix on every Client, releases called with a context that has
 // already ended, one Client closed while its workers call it, and what each
-// primitive draws for itself (simPrimitive.draw): repeated tokens for the
-// semaphore, reader and writer demand patterns for the RW lock, and leader
-// records lost on restart for election.
+// primitive draws for itself (simPrimitive.draw): permit weights and
+// repeated tokens for the semaphore, reader and writer demand patterns for
+// the RW lock, and leader records lost on restart for election.
 //
 // A primitive tells the runner how to acquire and release its holds
 // (simPrimitive) and what it promises; the checker, which knows nothing of
 // the protocol, holds every run to:
 //
 //   - occupancy: at no instant does the weight of valid holds exceed the
-//     primitive's capacity (a mutex lock or a leadership weighs 1 of 1; a
-//     permit 1 of K; a reader 1, and a writer the whole capacity). A hold
+//     primitive's capacity: the weights of the valid holds are added up,
+//     not the holders counted (a mutex lock or a leadership weighs 1 of 1;
+//     a permit its weight, 1 to K, of K; a reader 1, and a writer the
+//     whole capacity). A hold
 //     is valid from when its acquisition returned to the latest Until its
 //     holder saw, cut at the start of its release;
 //   - fencing: fenced holds' tokens grow strictly in the order they were
@@ -142,6 +144,7 @@ type simRun struct {
 	accepted   []int
 	violations []string
 	most       int  // the most weight valid at one instant
+	mixedFull  bool // the capacity was valid in two or more holds, one weighing more than 1 (checkOccupancy)
 	shared     bool // two readers held at once (the RW lock's check sets it)
 
 	calls, ctxEnded                [len(ctxOdds)]int // client calls by context kind, and those that failed with their context's error
@@ -455,8 +458,8 @@ func runSchedule(t *testing.T, p *simPrimitive, cfg simConfig) simRun {
 	})
 	run.violations = append(run.violations, closedEnds(run.grants, run.closedAt, cfg.clients-1)...)
 	unique, twins := checkTwins(run.grants)
-	v, most := checkOccupancy(unique, p.capacity(cfg))
-	run.most = most
+	v, most, mixedFull := checkOccupancy(unique, p.capacity(cfg))
+	run.most, run.mixedFull = most, mixedFull
 	run.violations = append(run.violations, twins...)
 	run.violations = append(run.violations, v...)
 	run.violations = append(run.violations, checkFencing(run.grants, run.accepted)...)
@@ -533,9 +536,12 @@ func (e *simEnv) faults() {
 
 // checkOccupancy is the independent check of the primitive's bound: it
 // knows only the validity intervals [granted, end) that the holders saw,
-// and their weights. It reports the first instants at which more than
-// capacity was valid, and the most weight valid at once.
-func checkOccupancy(grants []grant, capacity int) (violations []string, most int) {
+// and their weights, and adds up the weights, not the holders. It reports
+// the first instants at which the valid holds weighed more than capacity,
+// the most weight valid at once, and whether the valid holds weighed the
+// whole capacity at an instant when two or more of them were valid and one
+// weighed more than 1 (a weighted semaphore filled by unequal permits).
+func checkOccupancy(grants []grant, capacity int) (violations []string, most int, mixedFull bool) {
 	type edge struct {
 		at    time.Time
 		open  bool
@@ -560,30 +566,39 @@ func checkOccupancy(grants []grant, capacity int) (violations []string, most int
 		}
 		return -1
 	})
-	open, weight := map[int]bool{}, 0
+	open, weight, heavy := map[int]bool{}, 0, 0 // heavy: open holds weighing more than 1
 	for _, e := range edges {
 		g := grants[e.index]
 		if !e.open {
 			delete(open, e.index)
 			weight -= g.weight
+			if g.weight > 1 {
+				heavy--
+			}
 			continue
 		}
 		open[e.index] = true
 		weight += g.weight
+		if g.weight > 1 {
+			heavy++
+		}
 		most = max(most, weight)
+		if weight >= capacity && len(open) > 1 && heavy > 0 {
+			mixedFull = true
+		}
 		if weight > capacity && len(violations) < 5 {
 			var holders []string
 			for i := range open {
 				h := grants[i]
-				holders = append(holders, fmt.Sprintf("%s of worker %d [%s, %s)", h.kind, h.worker,
+				holders = append(holders, fmt.Sprintf("%s of worker %d weighing %d [%s, %s)", h.kind, h.worker, h.weight,
 					h.granted.Format(time.StampMicro), h.end.Format(time.StampMicro)))
 			}
 			slices.Sort(holders)
-			violations = append(violations, fmt.Sprintf("occupancy: %d of %d valid at %s: %s",
-				weight, capacity, e.at.Format(time.StampMicro), strings.Join(holders, ", ")))
+			violations = append(violations, fmt.Sprintf("occupancy: %d holds weighing %d in all, above the capacity of %d, valid at %s: %s",
+				len(open), weight, capacity, e.at.Format(time.StampMicro), strings.Join(holders, ", ")))
 		}
 	}
-	return violations, most
+	return violations, most, mixedFull
 }
 
 // closedEnds cuts, at the Close of Client client (at closedAt, if not
@@ -764,6 +779,9 @@ type simTotals struct {
 	violated                          int // schedules with a violation
 	byKind                            map[string]int
 	full                              int // schedules that reached the capacity
+	mixedFull                         int // schedules that reached it with holds of unequal weights (simRun.mixedFull)
+	weighted                          int // semaphore: schedules whose permits draw weights (simConfig.weights)
+	byWeight                          map[int]int
 	shared                            int // schedules in which readers shared
 	calls, ctxEnded                   [len(ctxOdds)]int
 	batches, multi, inMulti, maxBatch int
@@ -779,7 +797,7 @@ func (s *simTotals) add(p *simPrimitive, cfg simConfig, run simRun) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.byKind == nil {
-		s.byKind = map[string]int{}
+		s.byKind, s.byWeight = map[string]int{}, map[int]int{}
 	}
 	s.schedules++
 	if len(run.violations) > 0 {
@@ -792,9 +810,16 @@ func (s *simTotals) add(p *simPrimitive, cfg simConfig, run simRun) {
 	s.writes += len(run.accepted)
 	for _, g := range run.grants {
 		s.byKind[g.kind]++
+		s.byWeight[g.weight]++
 	}
 	if run.most >= p.capacity(cfg) {
 		s.full++
+	}
+	if run.mixedFull {
+		s.mixedFull++
+	}
+	if cfg.weights != weightsUnit {
+		s.weighted++
 	}
 	if run.shared {
 		s.shared++

@@ -2,9 +2,16 @@ package redlock
 
 // The semaphore in the one runner (sim_runner_test.go; docs/semaphore.md):
 // workers take permits of a K-permit semaphore, K from 1 to 3, and the
-// checker holds every run to at most K valid at once. In one schedule in
-// four the Clients' token function repeats tokens (issue 21), which the
-// nodes refuse: no two holds with one token are valid at once (checkTwins).
+// checker holds every run to valid permits weighing at most K in all. In
+// three schedules in four the permits have weights (WithWeight): each
+// acquisition draws one from 1 to K, or heavy workers (2 to K) take turns
+// with light ones (1). In one schedule in four the Clients' token function
+// repeats tokens (issue 21), which the nodes refuse whatever the weight: no
+// two holds with one token are valid at once (checkTwins).
+//
+// TestSimulationSemaphoreCatchesUnweighted runs heavy and light workers on
+// nodes that count every member as 1, and requires the checker to find the
+// valid permits weighing more than K.
 //
 // TestSimulationSemaphoreMajorityUnsafe runs the same schedules with the
 // quorum forced down to a plain majority, for K=2 and N=5, and requires the
@@ -193,6 +200,15 @@ func (n *simNode) storeZset(z *simZset) {
 	n.data[z.key] = simValue{v: strings.Join(parts, ";"), expires: z.expires}
 }
 
+// simWeights is how a schedule's permits weigh (WithWeight).
+type simWeights int
+
+const (
+	weightsUnit    simWeights = iota // every permit weighs 1
+	weightsUniform                   // each acquisition draws its weight uniformly from 1 to K
+	weightsMixed                     // heavy workers (each a weight from 2 to K) beside light ones (1)
+)
+
 var simSemaphore = &simPrimitive{
 	name: "semaphore", fast: 150, short: 40,
 	draw: func(cfg *simConfig, r *rand.Rand) {
@@ -201,17 +217,39 @@ var simSemaphore = &simPrimitive{
 			cfg.workers++ // more workers than permits, so that they contend
 		}
 		cfg.repeatTokens = r.IntN(4) == 0
+		// One schedule in four keeps weight 1 (with K=1 every weight is 1).
+		cfg.weights = []simWeights{weightsUnit, weightsUniform, weightsUniform, weightsUniform,
+			weightsMixed, weightsMixed, weightsMixed, weightsUnit}[r.IntN(8)]
 	},
 	capacity: func(cfg simConfig) int { return cfg.permits },
 	open: func(e *simEnv, c *Client, id int) simActor {
-		sem, err := c.Semaphore(simSemKey, e.cfg.permits, AllowNoFaultTolerance())
-		if err != nil {
-			e.t.Error(err)
+		// One Semaphore per weight, all on one key and K: they share the
+		// permits.
+		k := e.cfg.permits
+		sems := make([]*Semaphore, k+1)
+		for w := 1; w <= k; w++ {
+			sem, err := c.Semaphore(simSemKey, k, AllowNoFaultTolerance(), WithWeight(w))
+			if err != nil {
+				e.t.Error(err)
+				return simActor{op: "Acquire", acquire: func(context.Context, *rand.Rand, int) (*simHold, error) { return nil, err }}
+			}
+			if q := e.cfg.unsafe.semQuorum; q > 0 {
+				sem.quorum = q
+			}
+			sems[w] = sem
 		}
-		if q := e.cfg.unsafe.semQuorum; q > 0 && sem != nil {
-			sem.quorum = q
+		// A worker's own weight, when it keeps one: heavy or light, drawn
+		// from the seed and the worker alone.
+		mine := 1
+		if wr := rand.New(rand.NewPCG(e.cfg.seed, uint64(0x3e19+id))); e.cfg.weights == weightsMixed && k > 1 && wr.IntN(2) == 0 {
+			mine = 2 + wr.IntN(k-1)
 		}
 		return simActor{op: "Acquire", acquire: func(ctx context.Context, rng *rand.Rand, _ int) (*simHold, error) {
+			w := mine
+			if e.cfg.weights == weightsUniform {
+				w = 1 + rng.IntN(k)
+			}
+			sem := sems[w]
 			var p *Lock
 			var err error
 			if rng.IntN(3) == 0 {
@@ -222,7 +260,7 @@ var simSemaphore = &simPrimitive{
 			if err != nil {
 				return nil, err
 			}
-			return &simHold{kind: "permit", weight: 1, value: p.Value(), until: p.Until, extend: p.Extend,
+			return &simHold{kind: "permit", weight: w, value: p.Value(), until: p.Until, extend: p.Extend,
 				release: p.Unlock, op: "Unlock", errs: []error{ErrExpired, ErrLockLost, errNotReleased, ErrReleased}}, nil
 		}}
 	},
@@ -235,10 +273,17 @@ var simSemaphore = &simPrimitive{
 	},
 }
 
-// Under the stated assumptions, no schedule has more than K permits valid at
-// once, for K of 1 to 3 on 3, 5 or 7 nodes.
+// Under the stated assumptions, in no schedule do the valid permits weigh
+// more than K in all, for K of 1 to 3 on 3, 5 or 7 nodes, with weights from
+// 1 to K.
 func TestSimulationSemaphore(t *testing.T) {
 	s := simulate(t, simSemaphore)
+	var weights []string
+	for w := 1; s.byWeight[w] > 0; w++ {
+		weights = append(weights, fmt.Sprintf("%d of weight %d", s.byWeight[w], w))
+	}
+	t.Logf("weights: %d schedules with weighted permits; permits granted: %s; K valid at once in %d schedules, in permits of unequal weights in %d",
+		s.weighted, strings.Join(weights, ", "), s.full, s.mixedFull)
 	if testing.Short() || s.schedules < simSemaphore.fast {
 		return
 	}
@@ -249,6 +294,12 @@ func TestSimulationSemaphore(t *testing.T) {
 	}
 	if s.repeats == 0 {
 		t.Errorf("no schedule with repeated tokens in %d", s.schedules)
+	}
+	if s.mixedFull == 0 {
+		// Likewise for weights: K must be filled by a heavy permit and
+		// others beside it, where counting holders and adding up weights
+		// part ways.
+		t.Errorf("in %d schedules (%d weighted), K was never filled by permits of unequal weights", s.schedules, s.weighted)
 	}
 }
 
@@ -269,7 +320,10 @@ func semUnsafe(cfg *simConfig) {
 func TestSimulationSemaphoreMajorityUnsafe(t *testing.T) {
 	t.Run("quorum=4", func(t *testing.T) {
 		base, n := simSchedules(t, 60, 20)
-		forSchedules(t, simSemaphore, base, n, false, semUnsafe, func(t *testing.T, cfg simConfig, run simRun) {
+		forSchedules(t, simSemaphore, base, n, false, func(cfg *simConfig) {
+			semUnsafe(cfg)
+			cfg.weights = weightsUnit
+		}, func(t *testing.T, cfg simConfig, run simRun) {
 			if len(run.violations) > 0 {
 				t.Errorf("seed %d: %d violations with the correct quorum; first: %s", cfg.seed, len(run.violations), run.violations[0])
 			}
@@ -278,6 +332,7 @@ func TestSimulationSemaphoreMajorityUnsafe(t *testing.T) {
 	t.Run("majority=3", func(t *testing.T) {
 		simCatches(t, simSemaphore, 60, func(cfg *simConfig) {
 			semUnsafe(cfg)
+			cfg.weights = weightsUnit // three holders of one permit each
 			cfg.unsafe.semQuorum = quorum(5)
 		}, func(cfg simConfig, run simRun) bool {
 			return run.most > cfg.permits // the bound itself broken, not only liveness
@@ -293,8 +348,41 @@ func TestSimulationSemaphoreCatchesSharedTokens(t *testing.T) {
 	simCatches(t, simSemaphore, 120, func(cfg *simConfig) {
 		semUnsafe(cfg)
 		cfg.repeatTokens = true
+		cfg.weights = weightsUnit // heavier twins fit less often beside others
 		cfg.unsafe.sharedTokens = true
 	}, func(cfg simConfig, run simRun) bool {
 		return strings.HasPrefix(run.violations[0], "twins:")
+	})
+}
+
+// Nodes that count every member, and the caller, as weight 1 when they
+// admit (the acquire script of unit permits, with weights in the members)
+// let K permits in whatever they weigh: with heavy and light workers on K=2
+// and N=5, the checker must find the valid permits weighing more than K in
+// some schedule, while the same schedules on nodes that add up the weights
+// find nothing.
+func TestSimulationSemaphoreCatchesUnweighted(t *testing.T) {
+	mixed := func(cfg *simConfig) {
+		semUnsafe(cfg)
+		cfg.weights = weightsMixed
+	}
+	t.Run("weights", func(t *testing.T) {
+		base, n := simSchedules(t, 60, 20)
+		forSchedules(t, simSemaphore, base, n, false, mixed, func(t *testing.T, cfg simConfig, run simRun) {
+			if len(run.violations) > 0 {
+				t.Errorf("seed %d: %d violations on nodes that add up weights; first: %s", cfg.seed, len(run.violations), run.violations[0])
+			}
+		})
+	})
+	t.Run("unweighted", func(t *testing.T) {
+		simCatches(t, simSemaphore, 60, func(cfg *simConfig) {
+			mixed(cfg)
+			cfg.unsafe.unweighted = true
+		}, func(cfg simConfig, run simRun) bool {
+			// The bound itself, in weight: K holders or fewer, too heavy.
+			return run.most > cfg.permits && slices.ContainsFunc(run.violations, func(v string) bool {
+				return strings.HasPrefix(v, "occupancy:")
+			})
+		})
 	})
 }

@@ -67,12 +67,13 @@ type simConfig struct {
 	fencing      bool    // WithFencing on every Client
 
 	// What the primitive draws (simPrimitive.draw).
-	permits      int     // semaphore: K
-	repeatTokens bool    // semaphore: the token function repeats tokens, within and across Clients
-	writeShare   float64 // RW lock: the share of acquisitions that are writes
-	roles        bool    // RW lock: each worker only reads or only writes, writers coming back at once
-	recordLoss   bool    // election: a restart loses the leader records (the last writes before it)
-	lossless     bool    // election: no message lost, no node full, no Client closed, no process frozen: the records' liveness is checked
+	permits      int        // semaphore: K
+	repeatTokens bool       // semaphore: the token function repeats tokens, within and across Clients
+	weights      simWeights // semaphore: how the permits' weights are drawn
+	writeShare   float64    // RW lock: the share of acquisitions that are writes
+	roles        bool       // RW lock: each worker only reads or only writes, writers coming back at once
+	recordLoss   bool       // election: a restart loses the leader records (the last writes before it)
+	lossless     bool       // election: no message lost, no node full, no Client closed, no process frozen: the records' liveness is checked
 
 	// clean is a network on which the library promises that no key is left
 	// behind: nothing is lost, no node crashes, each Client's link to a node
