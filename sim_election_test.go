@@ -24,6 +24,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -98,6 +99,14 @@ var simElection = &simPrimitive{
 				e.mu.Unlock()
 				ld, err := el.Campaign(ctx, name)
 				if err != nil {
+					if errors.Is(err, ErrClosed) && strings.Contains(err.Error(), "as the leadership was won") {
+						e.mu.Lock()
+						if e.run.closedWins == nil {
+							e.run.closedWins = map[string]bool{}
+						}
+						e.run.closedWins[name] = true
+						e.mu.Unlock()
+					}
 					return nil, err
 				}
 				return &simHold{kind: "leader", weight: 1, fenced: true, value: ld.lock.token, token: ld.Term(), name: name,
@@ -116,7 +125,7 @@ var simElection = &simPrimitive{
 		return leftKey(n, cfg.prefix+simKey, run)
 	},
 	check: func(cfg simConfig, run *simRun) []string {
-		v := checkLeaders(run.grants, run.reports, run.observed)
+		v := checkLeaders(run.grants, run.reports, run.observed, run.closedWins)
 		v = append(v, checkNoneWhileValid(run.grants, run.none)...)
 		if cfg.lossless {
 			v = append(v, checkRecords(cfg, run)...)
@@ -196,15 +205,20 @@ func simElectionWatch(e *simEnv) {
 
 // checkLeaders is the independent check of what Leader and Observe
 // reported, against the leaderships that Campaign granted.
-func checkLeaders(elected []grant, reports []leaderReport, observed []Leader) []string {
+func checkLeaders(elected []grant, reports []leaderReport, observed []Leader, closedWins map[string]bool) []string {
 	var v []string
 	byTerm := map[uint64]grant{}
 	for _, g := range elected {
 		byTerm[g.token] = g
 	}
 	granted := func(l Leader) bool {
-		g, ok := byTerm[l.Term]
-		return ok && g.name == l.Value
+		if g, ok := byTerm[l.Term]; ok {
+			return g.name == l.Value
+		}
+		// A Campaign that won the lock as Close began held it, and
+		// published, until Close resigned it; it returned ErrClosed, so its
+		// term is unknown here, but its value names it alone.
+		return closedWins[l.Value]
 	}
 	for _, r := range reports {
 		if !granted(r.got) {

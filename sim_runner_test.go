@@ -161,6 +161,10 @@ type simRun struct {
 	observed  []Leader
 	noLeader  int
 	campaigns int
+	// Campaigns that won the lock as Close began: Campaign returned
+	// ErrClosed after it had published, and Close resigned at once. Their
+	// values may be seen for that instant (docs/election.md).
+	closedWins map[string]bool
 }
 
 // A simEnv is one schedule being played: what the primitives' functions
