@@ -461,8 +461,9 @@ func TestQueuedCommandsNeedNoGoroutine(t *testing.T) {
 	for _, b := range held {
 		close(b.gate)
 	}
+	// The gates stay open until Close has waited for every node call: a
+	// straggler's batch may start after the callers have their majority.
 	stop := make(chan struct{})
-	defer close(stop)
 	go func() {
 		for {
 			select {
@@ -482,6 +483,10 @@ func TestQueuedCommandsNeedNoGoroutine(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+	close(stop)
 }
 
 // slowObserver takes d over each node's answer, as an Observer that writes
@@ -533,8 +538,9 @@ func TestSlowObserverDelaysOnlyItsOwnRound(t *testing.T) {
 	for _, b := range held {
 		close(b.gate)
 	}
+	// The gates stay open until Close has waited for every node call: a
+	// straggler's batch may start after the callers have their majority.
 	stop := make(chan struct{})
-	defer close(stop)
 	go func() {
 		for {
 			select {
@@ -561,4 +567,8 @@ func TestSlowObserverDelaysOnlyItsOwnRound(t *testing.T) {
 	if failed > 0 {
 		t.Errorf("%d of %d callers failed behind an Observer that takes %v", failed, callers, obsTime)
 	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+	close(stop)
 }
