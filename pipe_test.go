@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/observe"
 	"github.com/quorumlock/redlock/redigo"
 )
 
@@ -460,8 +461,9 @@ func TestQueuedCommandsNeedNoGoroutine(t *testing.T) {
 	for _, b := range held {
 		close(b.gate)
 	}
+	// The gates stay open until Close has waited for every node call: a
+	// straggler's batch may start after the callers have their majority.
 	stop := make(chan struct{})
-	defer close(stop)
 	go func() {
 		for {
 			select {
@@ -481,4 +483,92 @@ func TestQueuedCommandsNeedNoGoroutine(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+	close(stop)
+}
+
+// slowObserver takes d over each node's answer, as an Observer that writes
+// to a slow sink might.
+type slowObserver struct{ d time.Duration }
+
+func (o slowObserver) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.KindNode {
+		time.Sleep(o.d)
+	}
+}
+
+// An Observer runs for each node's answer on a goroutine of the round's own,
+// as it did when every round had a goroutine per node: the goroutine that
+// carries a batch for many callers does not call it for each of them in
+// turn, or a batch of 38 answers would take 38 Observe calls before the
+// last caller's ballot is cast, and the callers at its end would time out
+// although their node answered at once.
+func TestSlowObserverDelaysOnlyItsOwnRound(t *testing.T) {
+	const (
+		callers = 40
+		obsTime = 10 * time.Millisecond
+		timeout = 300 * time.Millisecond // far more than obsTime, far less than callers × obsTime
+	)
+	pools := []*gatePool{newGatePool(), newGatePool(), newGatePool()}
+	c, err := New([]Pool{pools[0], pools[1], pools[2]}, WithNodeTimeout(timeout),
+		WithObserver(slowObserver{obsTime}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	errs := make(chan error, callers)
+	for i := range callers {
+		go func() {
+			_, err := c.TryLock(context.Background(), "slowobs"+strconv.Itoa(i), time.Minute)
+			errs <- err
+		}()
+	}
+	// Every node: two batches on the wire, held, and the rest queued, so
+	// that each node answers 38 callers in one batch.
+	var held []gatedBatch
+	for _, p := range pools {
+		held = append(held, p.next(t), p.next(t))
+	}
+	for _, nd := range c.nodes {
+		waitQueued(t, nd, callers-2)
+	}
+	for _, b := range held {
+		close(b.gate)
+	}
+	// The gates stay open until Close has waited for every node call: a
+	// straggler's batch may start after the callers have their majority.
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case b := <-pools[0].started:
+				close(b.gate)
+			case b := <-pools[1].started:
+				close(b.gate)
+			case b := <-pools[2].started:
+				close(b.gate)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	failed := 0
+	for range callers {
+		if err := <-errs; err != nil {
+			failed++
+			if failed == 1 {
+				t.Errorf("TryLock: %v", err)
+			}
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d callers failed behind an Observer that takes %v", failed, callers, obsTime)
+	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+	close(stop)
 }

@@ -397,7 +397,11 @@ func (f *fan) run(nd *node) {
 // opThen runs the op on nd, then what follows it, waiting for the verdict.
 func (f *fan) opThen(nd *node, began time.Time) {
 	yes, err := f.r.op(f.opCtx, nd, f.deadline)
-	overtaken := f.returned(nd, yes, err, began)
+	var took time.Duration
+	if f.c.obs != nil {
+		took = time.Since(began)
+	}
+	overtaken := f.returned(nd, yes, err, took)
 	if f.r.undo == nil {
 		return
 	}
@@ -406,11 +410,28 @@ func (f *fan) opThen(nd *node, began time.Time) {
 }
 
 // answer is an async op's part once its batch has been answered, on the
-// goroutine that carried it (pipe.run): it must not wait.
+// goroutine that carried it (pipe.run): it must not wait. With an Observer,
+// the rest of the node's part runs on a goroutine of its own, as it did
+// when every node had one: that goroutine may carry a batch for many
+// callers, and Observe, called for each of them in turn, would delay the
+// ballots of those later in the batch by every earlier caller's Observe
+// (TestSlowObserverDelaysOnlyItsOwnRound).
 func (f *fan) answer(cl *call) {
 	nd := cl.node
 	reply, err := nd.result(cl)
 	nd.pipe.recycle(cl)
+	if f.c.obs != nil {
+		took := time.Since(f.began) // the node's latency, not the hand-off's
+		go f.answered(nd, reply, err, took)
+		return
+	}
+	f.answered(nd, reply, err, 0)
+}
+
+// answered is the rest of an async op's part: the reading of its reply, the
+// ballot, and what follows the verdict. took is the node's latency, for the
+// Observer.
+func (f *fan) answered(nd *node, reply any, err error, took time.Duration) {
 	yes, err, retry := f.async.read(nd, reply, err, f.deadline)
 	if retry { // the op instead, on a goroutine of its own
 		go func() {
@@ -419,7 +440,7 @@ func (f *fan) answer(cl *call) {
 		}()
 		return
 	}
-	overtaken := f.returned(nd, yes, err, f.began)
+	overtaken := f.returned(nd, yes, err, took)
 	if f.r.undo == nil {
 		f.c.calls.Done()
 		return
@@ -436,8 +457,9 @@ func (f *fan) answer(cl *call) {
 }
 
 // returned is a node's part once its op has returned, until its ballot is
-// cast; it reports whether a release went ahead of the op.
-func (f *fan) returned(nd *node, yes bool, err error, began time.Time) (overtaken bool) {
+// cast; it reports whether a release went ahead of the op. took is the op's
+// latency, for the Observer.
+func (f *fan) returned(nd *node, yes bool, err error, took time.Duration) (overtaken bool) {
 	r := &f.r
 	// Whether a release may have gone ahead of the op is judged as it
 	// returns: a resend after NOSCRIPT that returned before the lock was
@@ -448,7 +470,7 @@ func (f *fan) returned(nd *node, yes bool, err error, began time.Time) (overtake
 		r.masks.answer(nd.index, yes)
 	}
 	if f.c.obs != nil {
-		f.c.observeNode(f.opCtx, r.id, r.key, r.kind, nd, yes, err, time.Since(began))
+		f.c.observeNode(f.opCtx, r.id, r.key, r.kind, nd, yes, err, took)
 	}
 	f.ballots <- ballot{node: nd.index, yes: yes, err: err}
 	var ayes, nos int32
