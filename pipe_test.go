@@ -3,10 +3,12 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -571,4 +573,96 @@ func TestSlowObserverDelaysOnlyItsOwnRound(t *testing.T) {
 		t.Error(err)
 	}
 	close(stop)
+}
+
+// recordingPool answers SET with set and EVALSHA with eval, after hold (if
+// not nil) is closed, whatever its context says, and records every
+// command's name and key.
+type recordingPool struct {
+	set, eval any
+	hold      chan struct{}
+	mu        sync.Mutex
+	seen      []string // "NAME key"
+	running   atomic.Int32
+}
+
+func (p *recordingPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
+	p.running.Add(1)
+	defer p.running.Add(-1)
+	if p.hold != nil {
+		<-p.hold // a node that runs the commands late, whatever ctx says
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, c := range cmds {
+		key := c.Args[0]
+		if c.Name == "EVALSHA" || c.Name == "EVAL" {
+			key = c.Args[2]
+		}
+		p.seen = append(p.seen, fmt.Sprint(c.Name, " ", key))
+		switch c.Name {
+		case "SET":
+			replies[i] = driver.Reply{Value: p.set}
+		default:
+			replies[i] = driver.Reply{Value: p.eval}
+		}
+	}
+	return nil
+}
+
+func (p *recordingPool) saw(cmd string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Contains(p.seen, cmd)
+}
+
+// A lost attempt sends no release to a node whose SET never went out: its
+// deadline passed while it queued behind batches held on both wires, so
+// the node holds nothing of it. (Releasing it anyway doubles the commands
+// of a node that is already too slow.) The SETs that did go out are
+// released.
+func TestLostAttemptSkipsUndoOfUnsentSET(t *testing.T) {
+	held := &recordingPool{set: "OK", eval: int64(1), hold: make(chan struct{})}
+	refuse := func() *recordingPool { return &recordingPool{set: nil, eval: int64(0)} }
+	c, err := New([]Pool{held, refuse(), refuse()}, WithNodeTimeout(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	// Two attempts whose SETs hold both of node 0's wires.
+	var wg sync.WaitGroup
+	for i, k := range []string{"a", "b"} {
+		wg.Go(func() {
+			if _, err := c.TryLock(ctx, k, time.Minute); !errors.Is(err, ErrNotObtained) {
+				t.Errorf("TryLock(%s) = %v, want ErrNotObtained (two nodes refuse)", k, err)
+			}
+		})
+		for start := time.Now(); held.running.Load() < int32(i+1); runtime.Gosched() {
+			if time.Since(start) > 5*time.Second {
+				t.Fatal("node 0's wires never filled")
+			}
+		}
+	}
+	// The third attempt's SET queues on node 0 and outlives its deadline there.
+	if _, err := c.TryLock(ctx, "c", time.Minute); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock(c) = %v, want ErrNotObtained", err)
+	}
+	time.Sleep(200 * time.Millisecond) // past the node deadline of c's SET
+	close(held.hold)
+	wg.Wait()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if held.saw("SET c") {
+		t.Fatal("c's SET went out after its deadline")
+	}
+	if held.saw("EVALSHA c") {
+		t.Error("a release of c went to node 0, which never got c's SET")
+	}
+	for _, k := range []string{"a", "b"} {
+		if !held.saw("SET "+k) || !held.saw("EVALSHA "+k) {
+			t.Errorf("node 0 saw %v; want %s's SET and its release", held.seen, k)
+		}
+	}
 }

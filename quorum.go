@@ -108,6 +108,7 @@ type pendingNode struct {
 	yes       bool
 	err       error
 	overtaken bool
+	unsent    bool // the op's command never went out (its deadline passed in the queue)
 }
 
 // A ballot is one node's answer.
@@ -406,7 +407,7 @@ func (f *fan) opThen(nd *node, began time.Time) {
 		return
 	}
 	<-f.decided
-	f.afterVerdict(pendingNode{nd, yes, err, overtaken})
+	f.afterVerdict(pendingNode{nd, yes, err, overtaken, false})
 }
 
 // answer is an async op's part once its batch has been answered, on the
@@ -419,19 +420,22 @@ func (f *fan) opThen(nd *node, began time.Time) {
 func (f *fan) answer(cl *call) {
 	nd := cl.node
 	reply, err := nd.result(cl)
+	unsent := cl.late
 	nd.pipe.recycle(cl)
 	if f.c.obs != nil {
 		took := time.Since(f.began) // the node's latency, not the hand-off's
-		go f.answered(nd, reply, err, took)
+		go f.answered(nd, reply, err, took, unsent)
 		return
 	}
-	f.answered(nd, reply, err, 0)
+	f.answered(nd, reply, err, 0, unsent)
 }
 
 // answered is the rest of an async op's part: the reading of its reply, the
 // ballot, and what follows the verdict. took is the node's latency, for the
-// Observer.
-func (f *fan) answered(nd *node, reply any, err error, took time.Duration) {
+// Observer. unsent: the command never went out, so the node holds nothing
+// of it and needs no undo (under overload, undoing SETs that were never
+// sent would double the load that made them late).
+func (f *fan) answered(nd *node, reply any, err error, took time.Duration, unsent bool) {
 	yes, err, retry := f.async.read(nd, reply, err, f.deadline)
 	if retry { // the op instead, on a goroutine of its own
 		go func() {
@@ -445,7 +449,7 @@ func (f *fan) answered(nd *node, reply any, err error, took time.Duration) {
 		f.c.calls.Done()
 		return
 	}
-	p := pendingNode{nd, yes, err, overtaken}
+	p := pendingNode{nd, yes, err, overtaken, unsent}
 	f.mu.Lock()
 	if !f.isDecided {
 		f.pending = append(f.pending, p)
@@ -498,6 +502,9 @@ func (f *fan) returned(nd *node, yes bool, err error, took time.Duration) (overt
 // verdict: after a lost round, a node that may hold state; after a won
 // one, a node a release went ahead of.
 func (f *fan) needsUndo(p pendingNode) bool {
+	if p.unsent && !f.r.undoAll {
+		return false
+	}
 	if f.lost {
 		return p.yes || p.err != nil || f.r.undoAll
 	}
