@@ -70,16 +70,37 @@ func (w *redsyncWorker) unlock(ctx context.Context) error {
 	return unlocked(w.m.UnlockContext(ctx))
 }
 
-// splitCounter counts a redlock worker's woken attempts, and those that
-// lost while holding some nodes: split votes.
-type splitCounter struct{ woken, split atomic.Int64 }
+// splitCounter counts the redlock workers' woken attempts, and those that
+// lost while holding some nodes: split votes. It also records how long each
+// winning attempt took (wonRounds), through each worker's attemptClock.
+type splitCounter struct {
+	woken, split atomic.Int64
 
-func (s *splitCounter) Observe(_ context.Context, e observe.Event) {
+	mu        sync.Mutex
+	wonRounds []time.Duration
+}
+
+// An attemptClock is one worker's observer: event IDs are its Client's.
+type attemptClock struct {
+	s     *splitCounter
+	began map[uint64]time.Time // by event ID: the last attempt's start
+}
+
+func (a *attemptClock) Observe(_ context.Context, e observe.Event) {
 	switch {
-	case e.Kind == observe.KindAttempt && e.Woken:
-		s.woken.Add(1)
+	case e.Kind == observe.KindAttempt:
+		if e.Woken {
+			a.s.woken.Add(1)
+		}
+		a.began[e.ID] = time.Now() // a worker runs one Lock call at a time
 	case e.Kind == observe.KindRetry && e.Woken && e.Held > 0:
-		s.split.Add(1)
+		a.s.split.Add(1)
+	case e.Kind == observe.KindAcquired:
+		took := time.Since(a.began[e.ID])
+		delete(a.began, e.ID)
+		a.s.mu.Lock()
+		a.s.wonRounds = append(a.s.wonRounds, took)
+		a.s.mu.Unlock()
 	}
 }
 
@@ -102,6 +123,10 @@ func (s *splitCounter) Observe(_ context.Context, e observe.Event) {
 //   - round-p50-µs (redlock): one TryLock on a free key, the SET round as
 //     this library sends it (its pipes and fan-out included), with nothing
 //     else running: the hand-over's last step;
+//   - won-round-p50-µs (redlock): the same step during the run, the winning
+//     attempt of each grant, from its start to the grant;
+//   - unlock-p50-µs: the Unlock calls during the run, the release round as
+//     the releaser sees it (the notices go out with its replies);
 //   - self/op: grants that went back to the previous holder;
 //   - splits/woken (redlock): woken attempts that lost holding some nodes.
 //
@@ -134,7 +159,7 @@ func handover(b *testing.B, pools []*redis.Pool, addrs []string, impl string, w 
 			for j, p := range pools {
 				ps[j] = &redigo.Pool{Pool: p, Addr: addrs[j]}
 			}
-			c, err := redlock.New(ps, redlock.WithObserver(&splits))
+			c, err := redlock.New(ps, redlock.WithObserver(&attemptClock{s: &splits, began: map[uint64]time.Time{}}))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -154,8 +179,10 @@ func handover(b *testing.B, pools []*redis.Pool, addrs []string, impl string, w 
 	b.ReportMetric(pct(r.waiterLatency, 50), "waiter-handover-p50-µs")
 	b.ReportMetric(pct(r.waiterLatency, 99), "waiter-handover-p99-µs")
 	b.ReportMetric(us(rtt), "rtt-p50-µs")
+	b.ReportMetric(pct(r.unlocks, 50), "unlock-p50-µs")
 	if impl == "redlock" {
 		b.ReportMetric(us(round), "round-p50-µs")
+		b.ReportMetric(pct(splits.wonRounds, 50), "won-round-p50-µs")
 	}
 	b.ReportMetric(float64(r.self)/float64(b.N), "self/op")
 	if impl == "redlock" && splits.woken.Load() > 0 {
@@ -172,6 +199,7 @@ func handover(b *testing.B, pools []*redis.Pool, addrs []string, impl string, w 
 type handoverResult struct {
 	waits, latency  []time.Duration
 	waiterLatency   []time.Duration // latency of the hand-overs to a worker that waited
+	unlocks         []time.Duration // how long each Unlock call took
 	handovers, self int
 	gaveUp          int64
 	elapsed         time.Duration
@@ -226,8 +254,14 @@ func runHandover(b *testing.B, workers []handoverWorker, hold time.Duration) han
 				time.Sleep(hold)
 				mu.Lock()
 				released = time.Now()
+				began := released // the next holder may set released before Unlock returns
 				mu.Unlock()
-				if err := w.unlock(ctx); err != nil {
+				err := w.unlock(ctx)
+				took := time.Since(began)
+				mu.Lock()
+				r.unlocks = append(r.unlocks, took)
+				mu.Unlock()
+				if err != nil {
 					unlockFailed.Add(1) // the key expires at its ttl; a loaded machine's node timeouts
 				}
 				time.Sleep(handoverWork)
