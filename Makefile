@@ -90,7 +90,7 @@ BENCHSTAT ?= $(GO) run golang.org/x/perf/cmd/benchstat@latest
 
 bench: deps
 	$(GO) test -run '^$$' -bench '$(BENCH)' -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) -timeout 60m . | tee root.bench.txt
-	rm -f $(WAITS_CSV) # BenchmarkHandover appends every wait to it, for the CDF plot
+	rm -f $(WAITS_CSV) # BenchmarkHandover appends every wait of its w=8 case to it, for the CDF plot
 	cd bench && REDLOCK_BENCH_WAITS=$(CURDIR)/$(WAITS_CSV) $(GO) test -run '^$$' -bench '$(BENCH)' -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) -timeout 60m . | tee ../peer.bench.txt
 	cd bench && $(GO) test -count 1 -v -run TestRedsyncFrozenNodeWithoutReadTimeout .
 	$(BENCHSTAT) -col /impl root.bench.txt

@@ -395,7 +395,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	// announced one (wake.go). nil without wake-up, or after Close.
 	var wt *waiter
 	if c.wake != nil {
-		wt = c.wake.register([]string{c.keyPrefix + e.name}, c.quorum)
+		wt = c.wake.register([]string{c.keyPrefix + e.name}, c.quorum, false)
 	}
 	ch := make(chan Leader)
 	go func() {

@@ -20,7 +20,7 @@ import (
 // which docs/engine.md states as the engine's promises, is written here once:
 //
 //   - acquire (acquireLoop): attempts, the RetryStrategy's pauses, wake-up
-//     on release (wake.go) with its stagger and its cap, and Close. A
+//     on release (wake.go) with its first slot, stagger and cap, and Close. A
 //     primitive supplies one attempt (its steps 1 to 4), the node keys whose
 //     release may free it, and its quorum.
 //   - keep (Lock.extend, Client.keep): Extend with the primitive's script and
@@ -86,8 +86,10 @@ func (c *Client) closedErr() error {
 //     a negative draw, or the last of a.tries, ends the loop when the
 //     attempt fails;
 //   - during a pause, a wake-up (a release announced on enough nodes; see
-//     wake.go) starts a woken attempt after its stagger; woken attempts do
-//     not count as tries, and in one pause each starts at least rtt×2^k
+//     wake.go) starts a woken attempt, at once for the Client's leader on
+//     the key after no split vote, after wakeDelay's pause otherwise (the
+//     first slot and the stagger); woken attempts do not count as tries,
+//     and in one pause each starts at least rtt×2^k
 //     after the one before (k the woken attempts so far in the pause), so
 //     that announcements that are not ours (forged, or from another
 //     database) add at most 1+log2(pause/rtt) attempts per pause;
@@ -199,7 +201,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			try++
 			inPause, gapEnd = 0, time.Time{}
 			if wt == nil && c.wake != nil && len(a.wake) > 0 {
-				wt = c.wake.register(a.wake, need)
+				wt = c.wake.register(a.wake, need, true)
 			}
 		case held != 0:
 			splits++ // this woken attempt held some nodes and still lost
@@ -220,18 +222,27 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			wt.settle(held)
 		}
 		var cause error
-		woken, cause = c.pause(ctx, wt, next, staggerFor(rtt, time.Since(waiting), splits), gapEnd)
+		woken, cause = c.pause(ctx, wt, next, wakeState{rtt: rtt, waited: time.Since(waiting), splits: splits}, gapEnd)
 		if cause != nil {
 			return giveUp(try-1, withCause(err, cause))
 		}
 	}
 }
 
+// wakeState is what a woken waiter's pause depends on (wakeDelay): its last
+// attempt's duration, how long the call has waited, and its split votes in
+// a row.
+type wakeState struct {
+	rtt, waited time.Duration
+	splits      int
+}
+
 // pause waits, after a failed attempt, until next (the next timed attempt),
-// ctx's end, Close, or a wake-up followed by a stagger drawn from [0,
-// stagger) and, if later, until gapEnd (the cap on woken attempts). It
-// reports whether a wake-up ended it; err is ctx.Err() or ErrClosed.
-func (c *Client) pause(ctx context.Context, wt *waiter, next time.Time, stagger time.Duration, gapEnd time.Time) (woken bool, err error) {
+// ctx's end, Close, or a wake-up followed by wakeDelay's pause (none for a
+// leader after no split vote) and, if later, until gapEnd (the cap on woken
+// attempts). It reports whether a wake-up ended it; err is ctx.Err() or
+// ErrClosed.
+func (c *Client) pause(ctx context.Context, wt *waiter, next time.Time, st wakeState, gapEnd time.Time) (woken bool, err error) {
 	timer := time.NewTimer(time.Until(next))
 	defer timer.Stop()
 	var wake <-chan struct{}
@@ -247,10 +258,11 @@ func (c *Client) pause(ctx context.Context, wt *waiter, next time.Time, stagger 
 		case <-c.closing:
 			return false, ErrClosed
 		case <-wake:
-			d := max(time.Duration(0), time.Until(gapEnd))
-			if stagger > 0 {
-				d = max(d, rand.N(stagger))
+			after, window := wakeDelay(c.wake.leads(wt), st.rtt, st.waited, st.splits)
+			if window > 0 {
+				after += rand.N(window)
 			}
+			d := max(after, time.Until(gapEnd))
 			if d >= time.Until(next) {
 				wake = nil // the timed attempt comes first
 				continue

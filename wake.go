@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,28 +34,48 @@ import (
 // Woken attempts do not count toward WithTries: they come between the timed
 // attempts, so Lock gives up when it did without wake-ups.
 //
-// Split votes and fairness. Waiters woken by the same release race for the
-// same nodes and may divide them so that none wins. Each woken waiter
-// therefore first pauses for a random stagger drawn from [0, w), where
+// The first slot, split votes and fairness. A woken waiter attempts at
+// once if it leads: no other of its Client's waiters that registered before
+// it waits on one of its keys (an Election's observer does not count: it
+// never attempts). So a lone waiter's woken attempt follows the
+// announcement with no delay, and a hand-over takes the release, the
+// notice and one SET round. The other waiters of the same Client pause one
+// attempt's duration (rtt, its last attempt's) first, and then a random
+// stagger drawn from [0, w), so that the leader has reached the nodes: the
+// SETs of one process's waiters do not divide the vote among themselves.
+//
+// Waiters in different processes cannot see each other: each one's leader
+// goes at once, and the first whose SETs reach the nodes wins them. Two
+// that both reach an odd number of nodes cannot divide them so that
+// neither has a majority; with an even number, a node down, or three
+// waiters or more, they can. A split vote (a woken attempt that held some
+// nodes but lost) is resolved as Ethernet resolves a collision: the next
+// woken attempt of each loser, leader or not, first pauses for a stagger
+// drawn from [0, w), where
 //
 //	w = rtt × 2^splits × rtt/(rtt + waited/ageScale)
 //
 // rtt is the duration of its last attempt (about one round trip to a
-// majority); splits counts its woken attempts in a row that held some
-// nodes but lost (a split vote; reset when a woken attempt held none, that
-// is, another waiter won cleanly), so repeated splits back off
-// exponentially, as Ethernet does after collisions, up to 2^maxSplitShift;
-// and waited is how long this Lock call has waited, so that the waiter that
+// majority, with the undo of what it held); splits counts its woken
+// attempts in a row that held some nodes but lost (reset when a woken
+// attempt held none, that is, another waiter won cleanly), so repeated
+// splits back off exponentially, up to 2^maxSplitShift; and waited is how
+// long this Lock call has waited, so that after a split the waiter that
 // has waited longest draws from the narrowest window and usually goes
 // first. ageScale (16) keeps the windows of waiters that have all waited
 // long from shrinking to nothing, where the scheduler's noise, not their
-// age, would order them. On BenchmarkHandover, three interleaved runs each:
-// ageScale 1 gave 298-401 hand-overs/s, 16 gave 402-520, and no age term
-// 397-475, with a worst wait of 115-175 ms against 16's 106-132 ms. The first to go usually reaches every node before the next one
-// starts: the others find the key held and wait for its release. Waiters
-// that arrive later than the others draw from wider windows, which keeps
-// any one from losing race after race (docs/algorithm.md, "Wake-up on
-// release", states the bound and docs/benchmarks.md measures it).
+// age, would order them. Among leaders, who goes first at a release is who
+// hears of it first: the order is not a queue, and the bound on a wait is
+// statistical (docs/algorithm.md, "Wake-up on release", states it and
+// docs/benchmarks.md measures it).
+//
+// Until this design, every woken waiter drew from [0, w) with splits at
+// zero, first slot included. A lone waiter then slept a fraction of its
+// last attempt; and a sleep shorter than a millisecond, in a process with
+// nothing else to run, lasts about a millisecond (the runtime waits for
+// timers in epoll with millisecond resolution), more than the rest of the
+// hand-over: 1.74 ms at the median against 0.71 ms with the first slot
+// (docs/benchmarks.md, "Hand-over latency: where the time went").
 
 // releaseChannel is the Redis pub/sub channel on which releases announce
 // themselves on each node; the message is the released key. A Client made
@@ -98,8 +119,9 @@ type waker struct {
 	channel string
 
 	mu      sync.Mutex
-	waiting map[string][]*waiter // by key
+	waiting map[string][]*waiter // by key, in the order they registered
 	count   int                  // waiters registered
+	seq     uint64               // registrations so far
 	stop    context.CancelFunc   // ends the running subscriptions; nil if none run
 	idle    *time.Timer          // stops them once no one waits
 	closed  bool
@@ -114,8 +136,10 @@ func newWaker(c *Client, channel string) *waker {
 
 // A waiter is one waiting acquisition (acquireLoop), of any primitive.
 type waiter struct {
-	keys []string // the node keys whose release may free it
-	need int      // the quorum
+	keys     []string // the node keys whose release may free it
+	need     int      // the quorum
+	seq      uint64   // its registration's number in the waker, from 1
+	contends bool     // it attempts when woken (an acquisition, not an observer)
 
 	// mu makes each of arm, settle and notify atomic, so that an
 	// announcement for one attempt cannot leave a wake-up for the next.
@@ -128,15 +152,18 @@ type waiter struct {
 
 // register adds a waiter for keys, the node keys (with the Client's
 // prefix, as the release scripts announce them), and opens the
-// subscriptions if they are not open. It returns nil once the Client is
-// closed.
-func (w *waker) register(keys []string, need int) *waiter {
-	wt := &waiter{keys: keys, need: need, wake: make(chan struct{}, 1)}
+// subscriptions if they are not open. contends tells an acquisition, which
+// attempts when woken, from an observer, which only reads. It returns nil
+// once the Client is closed.
+func (w *waker) register(keys []string, need int, contends bool) *waiter {
+	wt := &waiter{keys: keys, need: need, contends: contends, wake: make(chan struct{}, 1)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return nil
 	}
+	w.seq++
+	wt.seq = w.seq
 	for _, key := range keys {
 		w.waiting[key] = append(w.waiting[key], wt)
 	}
@@ -158,13 +185,8 @@ func (w *waker) unregister(wt *waiter) {
 	defer w.mu.Unlock()
 	for _, key := range wt.keys {
 		ws := w.waiting[key]
-		for i, x := range ws {
-			if x == wt {
-				ws[i] = ws[len(ws)-1]
-				ws[len(ws)-1] = nil
-				ws = ws[:len(ws)-1]
-				break
-			}
+		if i := slices.Index(ws, wt); i >= 0 {
+			ws = slices.Delete(ws, i, i+1) // keeps the order of registration
 		}
 		if len(ws) == 0 {
 			delete(w.waiting, key)
@@ -238,6 +260,24 @@ func (w *waker) deliver(node int, key string) {
 	w.mu.Unlock()
 }
 
+// leads reports whether wt takes the first slot when woken: no waiter that
+// registered before it and contends waits on one of its keys.
+func (w *waker) leads(wt *waiter) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, key := range wt.keys {
+		for _, x := range w.waiting[key] {
+			if x.seq >= wt.seq {
+				break // the rest registered after it
+			}
+			if x.contends {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // close ends the subscriptions and waits for them, at most limit. It
 // reports whether they all ended.
 func (w *waker) close(limit time.Duration) bool {
@@ -297,6 +337,21 @@ func (wt *waiter) check() {
 		default:
 		}
 	}
+}
+
+// wakeDelay returns how long a woken waiter pauses before its attempt: at
+// least after, and then a draw from [0, window). A leader (lead) whose last
+// woken attempt did not divide the vote (splits 0) goes at once; a waiter
+// behind a leader of its Client waits one attempt's duration (rtt) more;
+// after a split vote every waiter draws from staggerFor's window.
+func wakeDelay(lead bool, rtt, waited time.Duration, splits int) (after, window time.Duration) {
+	if !lead {
+		after = max(rtt, 0)
+	}
+	if splits > 0 || !lead {
+		window = staggerFor(rtt, waited, splits)
+	}
+	return after, window
 }
 
 // staggerFor is the stagger window after an attempt that took rtt, for a

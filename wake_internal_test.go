@@ -1,8 +1,14 @@
 package redlock
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/redlock/observe"
 )
 
 func woke(wt *waiter) bool {
@@ -81,5 +87,272 @@ func TestStaggerDoublesOnSplitsAndNarrowsWithTheWait(t *testing.T) {
 	}
 	if got := staggerFor(time.Hour, time.Hour, 60); got <= 0 {
 		t.Errorf("staggerFor(1h, 1h, 60) = %v: overflowed", got)
+	}
+}
+
+// subMemPool is a memPool that is also a Subscriber whose subscription never
+// delivers: the tests announce releases themselves (waker.deliver), at the
+// moment they choose.
+type subMemPool struct{ memPool }
+
+func (p *subMemPool) Subscribe(ctx context.Context, _ string, ready func(), _ func(string)) error {
+	ready()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// attemptTimes records when each acquisition (by event ID) began its woken
+// attempts.
+type attemptTimes struct {
+	mu    sync.Mutex
+	woken map[uint64][]time.Time
+}
+
+func (a *attemptTimes) Observe(_ context.Context, e observe.Event) {
+	if e.Kind != observe.KindAttempt || !e.Woken {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.woken == nil {
+		a.woken = make(map[uint64][]time.Time)
+	}
+	a.woken[e.ID] = append(a.woken[e.ID], time.Now())
+}
+
+// firstAfter returns the first woken attempt after t of the acquisition id,
+// and whether there is one.
+func (a *attemptTimes) firstAfter(id uint64, t time.Time) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, at := range a.woken[id] {
+		if at.After(t) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// wakeBench is a holder and a waiting Client on three in-memory nodes; the
+// waiting Client's every node call takes rtt (SlowNodes), so that its
+// attempts last rtt, and its timed attempts are a minute apart.
+type wakeBench struct {
+	holder, waiter *Client
+	times          attemptTimes
+}
+
+func newWakeBench(t *testing.T, rtt time.Duration) *wakeBench {
+	t.Helper()
+	b := &wakeBench{}
+	var plain, subs []Pool
+	for range 3 {
+		n := newSimNode(1)
+		plain = append(plain, &memPool{n})
+		subs = append(subs, &subMemPool{memPool{n}})
+	}
+	var err error
+	if b.holder, err = New(plain, WithWakeUp(false)); err != nil {
+		t.Fatal(err)
+	}
+	if b.waiter, err = New(subs, WithNodeTimeout(5*rtt), WithRetryStrategy(ConstantRetry(time.Minute)), WithObserver(&b.times)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.waiter.Close(); b.holder.Close() })
+	t.Cleanup(SlowNodes(b.waiter, 0b111, rtt))
+	return b
+}
+
+// settled waits until n of the waiter Client's calls wait on key, each with
+// its last attempt over (so that announcements from now on can wake it).
+func (b *wakeBench) settled(t *testing.T, key string, n int) {
+	t.Helper()
+	w := b.waiter.wake
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.mu.Lock()
+		ws := w.waiting[key]
+		ready := len(ws) == n
+		for _, wt := range ws {
+			wt.mu.Lock()
+			ready = ready && wt.settled
+			wt.mu.Unlock()
+		}
+		w.mu.Unlock()
+		if ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls waiting on %s, settled, not reached in 10s", n, key)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// announce delivers key's release from every node to the waiter Client, as
+// its subscriptions would, and returns when it did.
+func (b *wakeBench) announce(key string) time.Time {
+	at := time.Now()
+	for node := range 3 {
+		b.waiter.wake.deliver(node, key)
+	}
+	return at
+}
+
+// A woken waiter with no other waiter of its Client on the key attempts at
+// once: no stagger, although its last attempt took rtt (200 ms), which the
+// stagger window used to be drawn from. Four hand-overs, each within a fifth
+// of rtt of the announcement (slack for a loaded machine); a draw from
+// [0, rtt) would pass all four about once in 500 runs.
+func TestWakeLoneWaiterAttemptsAtOnce(t *testing.T) {
+	const rtt = 200 * time.Millisecond
+	b := newWakeBench(t, rtt)
+	ctx := context.Background()
+	for i := range 4 {
+		key := fmt.Sprintf("wake:lone:%d", i)
+		l, err := b.holder.Lock(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			w, err := b.waiter.Lock(ctx, key, time.Minute)
+			if err == nil {
+				err = w.Unlock(ctx)
+			}
+			got <- err
+		}()
+		b.settled(t, key, 1)
+		id := b.waiter.ids.Load() // the waiting call's, the last one made
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		at := b.announce(key)
+		if err := <-got; err != nil {
+			t.Fatalf("hand-over %d: %v", i, err)
+		}
+		woke, ok := b.times.firstAfter(id, at)
+		if !ok {
+			t.Fatalf("hand-over %d: no woken attempt", i)
+		}
+		if d := woke.Sub(at); d > rtt/5 {
+			t.Errorf("hand-over %d: the woken attempt began %v after the announcement, want at once (< %v)", i, d, rtt/5)
+		}
+	}
+}
+
+// Of two waiters of one Client on a key, the one that has waited longer
+// attempts at once when woken, and the other only after one attempt's
+// duration (rtt), so that the first has reached the nodes: the two do not
+// divide the vote between them, and the first wins.
+func TestWakeLocalLeadGoesFirst(t *testing.T) {
+	const rtt = 200 * time.Millisecond
+	b := newWakeBench(t, rtt)
+	ctx := context.Background()
+	const key = "wake:lead"
+	l, err := b.holder.Lock(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		who string
+		err error
+	}
+	got := make(chan result, 2)
+	start := func(who string, ctx context.Context, waiting int) uint64 {
+		go func() {
+			w, err := b.waiter.Lock(ctx, key, time.Minute)
+			if err == nil {
+				err = w.Unlock(context.Background())
+			}
+			got <- result{who, err}
+		}()
+		b.settled(t, key, waiting)
+		return b.waiter.ids.Load()
+	}
+	first := start("first", ctx, 1)
+	second, cancel := context.WithCancel(ctx)
+	defer cancel()
+	secondID := start("second", second, 2)
+
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := b.announce(key)
+	r := <-got
+	if r.who != "first" || r.err != nil {
+		t.Fatalf("%s returned %v first; want the longer waiter to win", r.who, r.err)
+	}
+	woke, ok := b.times.firstAfter(first, at)
+	if !ok || woke.Sub(at) > rtt/5 {
+		t.Errorf("the longer waiter's woken attempt began %v after the announcement (found: %v), want at once (< %v)", woke.Sub(at), ok, rtt/5)
+	}
+	if woke, ok := b.times.firstAfter(secondID, at); ok && woke.Sub(at) < rtt*3/4 {
+		t.Errorf("the other waiter's woken attempt began %v after the announcement, want no sooner than about rtt (%v)", woke.Sub(at), rtt)
+	}
+	cancel()
+	if r := <-got; r.err != nil && !errors.Is(r.err, context.Canceled) {
+		t.Errorf("%s: %v", r.who, r.err)
+	}
+}
+
+// The first slot: a leader after no split vote goes at once; a waiter
+// behind its Client's leader waits one attempt's duration and then draws;
+// after split votes, every waiter draws from the doubled window.
+func TestWakeDelay(t *testing.T) {
+	rtt, waited := 100*time.Microsecond, 3*time.Millisecond
+	for _, c := range []struct {
+		lead          bool
+		splits        int
+		after, window time.Duration
+	}{
+		{true, 0, 0, 0},
+		{true, 1, 0, staggerFor(rtt, waited, 1)},
+		{true, 3, 0, staggerFor(rtt, waited, 3)},
+		{false, 0, rtt, staggerFor(rtt, waited, 0)},
+		{false, 2, rtt, staggerFor(rtt, waited, 2)},
+	} {
+		after, window := wakeDelay(c.lead, rtt, waited, c.splits)
+		if after != c.after || window != c.window {
+			t.Errorf("wakeDelay(lead %v, splits %d) = %v + [0, %v), want %v + [0, %v)", c.lead, c.splits, after, window, c.after, c.window)
+		}
+	}
+	if after, window := wakeDelay(true, rtt, waited, 1); window <= 0 || after != 0 {
+		t.Errorf("after a split, a leader draws from [0, %v) after %v: want a window", window, after)
+	}
+}
+
+// A waiter leads while no contending waiter of its Client that registered
+// before it shares one of its keys; observers never hold one back.
+func TestWakeLeads(t *testing.T) {
+	c, err := New([]Pool{&subMemPool{memPool{newSimNode(1)}}}, WithNodeTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := c.wake
+	obs := w.register([]string{"a"}, 1, false)
+	x := w.register([]string{"a"}, 1, true)
+	y := w.register([]string{"b", "a"}, 1, true) // an RW writer: two keys
+	z := w.register([]string{"b"}, 1, true)
+	other := w.register([]string{"c"}, 1, true)
+	for _, c := range []struct {
+		name string
+		wt   *waiter
+		want bool
+	}{{"x", x, true}, {"y", y, false}, {"z", z, false}, {"other", other, true}, {"observer", obs, true}} {
+		if got := w.leads(c.wt); got != c.want {
+			t.Errorf("%s leads: %v, want %v", c.name, got, c.want)
+		}
+	}
+	w.unregister(x)
+	if !w.leads(y) || w.leads(z) {
+		t.Errorf("after x left: y leads %v, z leads %v; want true, false", w.leads(y), w.leads(z))
+	}
+	w.unregister(y)
+	if !w.leads(z) {
+		t.Error("z alone on b does not lead")
+	}
+	for _, wt := range []*waiter{obs, z, other} {
+		w.unregister(wt)
 	}
 }

@@ -14,6 +14,8 @@ BenchmarkUncontended/N=5/impl=redlock-2     100  900 ns/op
 BenchmarkUncontended/N=5/impl=redsync-2     100  1000 ns/op
 BenchmarkCeiling/N=5/impl=servers-2         1    1 ns/op  100000 ceiling-locks/s
 BenchmarkCeiling/N=5/callers=512/impl=redlock-2  100  1 ns/op  15000 okops/s  0.15 of-ceiling
+BenchmarkHandover/N=5/w=2/hold=3ms/impl=redlock-2  400  1 ns/op  600 handover-p50-µs  100 rtt-p50-µs  200 won-round-p50-µs
+BenchmarkHandover/N=5/w=2/hold=3ms/impl=redlock-2  400  1 ns/op  500 handover-p50-µs  100 rtt-p50-µs  200 won-round-p50-µs
 `
 
 // Each target gets its ratio of medians and its verdict: met, missed, or
@@ -32,7 +34,10 @@ func TestReport(t *testing.T) {
 		{"512 callers, N=5: fraction of the servers' ceiling", "15.0% (target ≥ 20%)", "MISSED"},
 		{"uncontended, N=5: time against redsync", "0.900× (target ≤ 0.85×)", "MISSED"},
 		{"64 callers, N=5: ops/s against redsync (sweep)", "not measured"},
-		{"4 of 9 targets missed"},
+		{"hand-over, one waiter: round trips (PING rounds)", "5.500× (target ≤ 3.00×)", "MISSED"},
+		{"hand-over, one waiter: round trips (the run's SET rounds)", "2.750× (target ≤ 3.00×)", "met"},
+		{"hand-over, 8 workers, to a waiter: round trips (PING rounds)", "not measured"},
+		{"5 of 12 targets missed"},
 	} {
 		found := false
 		for _, line := range strings.Split(got, "\n") {
