@@ -300,9 +300,14 @@ func (n *node) releaseOwned(ctx context.Context, deadline time.Time, a *cmdArgs)
 // and the round's op runs instead (it resends by EVAL).
 func releaseOwnedAsync(a *cmdArgs, account func(n *node, deleted bool, err error) (bool, error)) *asyncOp {
 	s := &releaseScript
-	return &asyncOp{
+	op := &struct { // the op and its arguments in one allocation
+		asyncOp
+		args [5]any
+	}{}
+	op.args = [5]any{s.hashArg, s.keysArg, a.key, a.token, a.channel}
+	op.asyncOp = asyncOp{
 		name: "EVALSHA", firstKey: 2, numKeys: s.keys,
-		args: []any{s.hashArg, s.keysArg, a.key, a.token, a.channel},
+		args: op.args[:],
 		lane: a.lane,
 		read: func(n *node, reply any, err error, _ time.Time) (bool, error, bool) {
 			if replyCode(err) == "NOSCRIPT" {
@@ -312,6 +317,7 @@ func releaseOwnedAsync(a *cmdArgs, account func(n *node, deleted bool, err error
 			return yes, err, false
 		},
 	}
+	return &op.asyncOp
 }
 
 // command sends one command in lane 0 and waits for its reply at most until

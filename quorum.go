@@ -242,7 +242,7 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	f.opCtx, f.cancelOps = context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	f.running.Store(int32(n))
 	f.pending = f.pendBuf[:0]
-	f.ballots = make(chan ballot, n)
+	f.votes = f.voteBuf[:0]
 	f.ready = make(chan struct{}, 1)
 	f.n, f.quorum = int32(n), int32(t.quorum)
 	f.decided, f.undone = undoChans(r, n)
@@ -262,11 +262,27 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 		go f.run(nd)
 	}
 
-	answered := make([]bool, n)
+	var answered uint64 // a bit per node (at most 64, as nodeMasks)
 	count := func(b ballot) {
-		if !answered[b.node] { // a node counted as timed out may answer later
-			answered[b.node] = true
+		if bit := uint64(1) << b.node; answered&bit == 0 { // a node counted as timed out may answer later
+			answered |= bit
 			t.add(b)
+		}
+	}
+	// take counts the ballots cast since the last take, in order; with
+	// untilDecided, only until the round is decided (the rest wait for a
+	// later take).
+	taken := 0
+	take := func(untilDecided bool) {
+		f.mu.Lock()
+		cast := f.votes[taken:]
+		f.mu.Unlock()
+		for _, b := range cast {
+			if untilDecided && t.decided() {
+				break
+			}
+			count(b)
+			taken++
 		}
 	}
 vote:
@@ -274,17 +290,13 @@ vote:
 		select {
 		case <-f.ready:
 			// The ballots cast so far may decide the round (fan.returned).
-			for len(f.ballots) > 0 && !t.decided() {
-				count(<-f.ballots)
-			}
+			take(true)
 		case <-f.opCtx.Done():
 			// The deadline passed, or every node answered: the last op to
 			// return ends opCtx after sending its ballot. Count what was
 			// sent, then the silent nodes as timed out.
-			for len(f.ballots) > 0 && !t.decided() {
-				count(<-f.ballots)
-			}
-			for i := range answered {
+			take(true)
+			for i := range n {
 				if !t.decided() {
 					count(ballot{node: i, err: c.nodes[i].nodeError(ErrNodeTimeout)})
 				}
@@ -338,9 +350,7 @@ vote:
 	}
 	// Every node has answered by now; count the answers that came after the
 	// verdict, so that the error names every node that failed.
-	for len(f.ballots) > 0 {
-		count(<-f.ballots)
-	}
+	take(false)
 	return won, t
 }
 
@@ -359,10 +369,10 @@ type fan struct {
 
 	running   atomic.Int32       // ops not yet returned
 	cancelOps context.CancelFunc // the last op to return ends opCtx
-	ballots   chan ballot
-	// ready tells the vote that the ballots cast may decide the round: it
-	// is woken once or twice per round rather than once per node. yes and
-	// no count the ballots cast, toward n and quorum.
+	// The ballots cast are in votes, in order, under mu. ready tells the
+	// vote that they may decide the round: it is woken once or twice per
+	// round rather than once per node. yes and no count the ballots cast,
+	// toward n and quorum.
 	ready     chan struct{}
 	yes, no   atomic.Int32
 	n, quorum int32
@@ -377,6 +387,8 @@ type fan struct {
 	// Async ops that returned before the verdict wait for it here, under
 	// mu (rounds with an undo only); isDecided is set under mu.
 	mu        sync.Mutex
+	votes     []ballot
+	voteBuf   [7]ballot // votes' storage, for up to 7 nodes
 	isDecided bool
 	pending   []pendingNode
 	pendBuf   [7]pendingNode // pending's storage, for up to 7 nodes
@@ -476,7 +488,9 @@ func (f *fan) returned(nd *node, yes bool, err error, took time.Duration) (overt
 	if f.c.obs != nil {
 		f.c.observeNode(f.opCtx, r.id, r.key, r.kind, nd, yes, err, took)
 	}
-	f.ballots <- ballot{node: nd.index, yes: yes, err: err}
+	f.mu.Lock()
+	f.votes = append(f.votes, ballot{node: nd.index, yes: yes, err: err})
+	f.mu.Unlock()
 	var ayes, nos int32
 	if yes {
 		ayes, nos = f.yes.Add(1), f.no.Load()
