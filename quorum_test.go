@@ -1,0 +1,144 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock/driver"
+)
+
+// verdicts tells nodes that a round on a key has been decided: the first
+// release of the key that node 0 sees, since only a decided, lost round
+// sends one.
+type verdicts struct {
+	mu   sync.Mutex
+	keys map[string]chan struct{}
+}
+
+func (v *verdicts) of(key string) chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ch, ok := v.keys[key]
+	if !ok {
+		ch = make(chan struct{})
+		v.keys[key] = ch
+	}
+	return ch
+}
+
+func (v *verdicts) decide(key string) {
+	ch := v.of(key)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// rolePool is one node of a round whose answers the test orders: 'y'
+// agrees at once, 'n' refuses at once, 'l' agrees only once the round on
+// the key has been decided (a node whose SET runs but answers after the
+// deadline or the verdict). Releases answer 1; node 0's decide its key.
+type rolePool struct {
+	role  byte
+	first bool // node 0: its release of a key means the key's round is decided
+	v     *verdicts
+}
+
+func (p *rolePool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
+	for i, c := range cmds {
+		switch c.Name {
+		case "SET":
+			key := c.Args[0].(string)
+			switch p.role {
+			case 'n':
+				replies[i] = driver.Reply{}
+			case 'l':
+				select {
+				case <-p.v.of(key):
+				case <-time.After(10 * time.Second):
+					return errors.New("test: the round on " + key + " was never decided")
+				}
+				fallthrough
+			default:
+				replies[i] = driver.Reply{Value: "OK"}
+			}
+		default: // the release
+			if p.first {
+				p.v.decide(c.Args[2].(string))
+			}
+			replies[i] = driver.Reply{Value: int64(1)}
+		}
+	}
+	return nil
+}
+
+// A lost round over 15 nodes counts each node's answer once, those that
+// came after the verdict too, whether the deadline decided it (the silent
+// nodes counted as timed out until the round was lost, and no more) or
+// refusals did; the error's counts and causes say so. The SETs go through
+// the pipes' async path, two callers at once, and the ballots outgrow the
+// round's inline storage.
+func TestLostRoundCountsEveryNodeOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, roles string
+		want        string
+	}{
+		{
+			// 5 agree, 5 refuse, 5 silent: at the deadline nodes 1, 4
+			// and 7 count as timed out, which loses the round; 10 and
+			// 13 agree after the verdict.
+			name:  "deadline",
+			roles: "ylnylnylnylnyln",
+			want: "redlock: lock not obtained: 7 agreed, 5 refused, 3 failed of 15 nodes; 8 needed; " +
+				"node 1: node timeout; node 4: node timeout; node 7: node timeout",
+		},
+		{
+			// 8 refusals lose the round before the deadline; the 4 late
+			// nodes agree after the verdict.
+			name:  "refusals",
+			roles: "yyyllllnnnnnnnn",
+			want:  "redlock: lock not obtained: 7 agreed, 8 refused, 0 failed of 15 nodes; 8 needed",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &verdicts{keys: map[string]chan struct{}{}}
+			var pools []Pool
+			for i := range len(tc.roles) {
+				pools = append(pools, &rolePool{role: tc.roles[i], first: i == 0, v: v})
+			}
+			c, err := New(pools, WithNodeTimeout(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// Two callers whose keys hash to different lanes, so that each
+			// SET finds a wire of its own on every node and none waits
+			// past its deadline in a queue.
+			keys := []string{"k0"}
+			for i := 1; len(keys) < 2; i++ {
+				if k := "k" + string(rune('0'+i)); laneOf(c.keyPrefix+k) != laneOf(c.keyPrefix+keys[0]) {
+					keys = append(keys, k)
+				}
+			}
+			var wg sync.WaitGroup
+			for _, k := range keys {
+				wg.Go(func() {
+					_, err := c.TryLock(context.Background(), k, time.Minute)
+					if !errors.Is(err, ErrNotObtained) || err.Error() != tc.want {
+						t.Errorf("TryLock(%s) = %v\nwant %s", k, err, tc.want)
+					}
+				})
+			}
+			wg.Wait()
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
