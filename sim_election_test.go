@@ -211,14 +211,23 @@ func checkLeaders(elected []grant, reports []leaderReport, observed []Leader, cl
 	for _, g := range elected {
 		byTerm[g.token] = g
 	}
+	closedTerm := map[string]uint64{} // the term each closed win was first read at
 	granted := func(l Leader) bool {
 		if g, ok := byTerm[l.Term]; ok {
 			return g.name == l.Value
 		}
 		// A Campaign that won the lock as Close began held it, and
 		// published, until Close resigned it; it returned ErrClosed, so its
-		// term is unknown here, but its value names it alone.
-		return closedWins[l.Value]
+		// term is unknown here, but its value names it alone, and it had
+		// one term: every read that names it must give the same one.
+		if !closedWins[l.Value] {
+			return false
+		}
+		if t, ok := closedTerm[l.Value]; ok {
+			return t == l.Term
+		}
+		closedTerm[l.Value] = l.Term
+		return true
 	}
 	for _, r := range reports {
 		if !granted(r.got) {
@@ -347,4 +356,30 @@ func TestSimulationElectionCatchesRecordlessNone(t *testing.T) {
 // going back to an older term.
 func TestSimulationElectionCatchesReadFromOneNode(t *testing.T) {
 	simCatches(t, simElection, 30, func(cfg *simConfig) { cfg.unsafe.readQuorum = 1 }, nil)
+}
+
+// A Campaign that returned ErrClosed as it won is known to the checker by
+// its value alone, not by its term: the checker holds every read that names
+// it to one term, not yet granted to anyone else, so that a value seen at
+// two terms (a record published with another leadership's term, a value
+// reused) is still a violation.
+func TestCheckLeadersClosedWinHasOneTerm(t *testing.T) {
+	now := time.Now()
+	elected := []grant{{name: "w1.0", token: 2, granted: now, end: now.Add(time.Second)}}
+	closed := map[string]bool{"w3.0": true}
+	read := func(term uint64) leaderReport {
+		return leaderReport{worker: -1, start: now.Add(2 * time.Second), end: now.Add(3 * time.Second), got: Leader{Value: "w3.0", Term: term}}
+	}
+	if v := checkLeaders(elected, []leaderReport{read(3), read(3)}, []Leader{{Value: "w3.0", Term: 3}}, closed); len(v) != 0 {
+		t.Fatalf("one closed win read at one term: %q; want no violation", v)
+	}
+	if v := checkLeaders(elected, []leaderReport{read(3), read(7)}, nil, closed); len(v) == 0 {
+		t.Fatal("a closed win read at terms 3 and 7 passed the checker")
+	}
+	if v := checkLeaders(elected, []leaderReport{read(3)}, []Leader{{Value: "w3.0", Term: 5}}, closed); len(v) == 0 {
+		t.Fatal("a closed win read at term 3 and observed at term 5 passed the checker")
+	}
+	if v := checkLeaders(elected, []leaderReport{read(2)}, nil, closed); len(v) == 0 {
+		t.Fatal("a closed win named at a term granted to another passed the checker")
+	}
 }
