@@ -31,8 +31,11 @@ import (
 
 var (
 	// ErrNoLeader reports that Leader found no leader that a majority of
-	// nodes agrees on: a majority sees none, or the nodes' answers are split
-	// (a leader publishing its value, a hand-over in progress, nodes down).
+	// nodes agrees on: a majority holds no key for the election, so that no
+	// one leads; or, with Leader.Unknown set, the read cannot say who leads:
+	// the nodes' answers are split (a hand-over in progress, nodes down), or
+	// a majority holds a key without a leader record naming it (a leader
+	// publishing its value, a plain Lock on the name).
 	ErrNoLeader = errors.New("redlock: no leader")
 
 	// ErrNotLeader reports a Resign by someone who is not the leader: an
@@ -292,7 +295,7 @@ type Leader struct {
 	Value   string
 	Term    uint64
 	ReadAt  time.Time // when the read began, on the Client's clock
-	Unknown bool      // no answer had a majority; Value and Term are empty
+	Unknown bool      // the read cannot say who leads (no answer had a majority, or a majority holds a key without its record); Value and Term are empty
 }
 
 // same reports whether l and o say the same thing, whenever they were read.
