@@ -76,7 +76,7 @@ type leaderReport struct {
 }
 
 var simElection = &simPrimitive{
-	name: "election", fast: 60, short: 20,
+	name: "election", fast: 40, short: 20,
 	draw: func(cfg *simConfig, r *rand.Rand) {
 		cfg.recordLoss = r.IntN(2) == 0
 		cfg.fencing = true // an election is fenced anyway
