@@ -219,21 +219,10 @@ const (
 // send sends c through pool and sets its reply, waiting at most as the
 // bounds above say; with own, at most until c's deadline.
 func (p *pipe) send(pool driver.Pool, c *call, own bool) int {
-	p.mu.Lock()
-	if c.unsent != nil {
-		c.unsent.And(^c.bit)
+	if w := p.enter(c); w >= 0 {
+		p.run(pool, w, c.alone[:], c, false, false)
+		return answered
 	}
-	if len(p.queue) == 0 {
-		if w := p.idleWire(c.lane); w >= 0 {
-			p.wires[w].busy, p.wires[w].lanes = true, c.lane
-			p.mu.Unlock()
-			c.alone[0] = c
-			p.run(pool, w, c.alone[:], c, false, false)
-			return answered
-		}
-	}
-	p.queue = append(p.queue, c)
-	p.mu.Unlock()
 	if own {
 		if left := p.await(c); left != answered {
 			return left
@@ -254,21 +243,30 @@ func (p *pipe) send(pool driver.Pool, c *call, own bool) int {
 // and a goroutine that runs a batch (whoever it is) calls c.then. The
 // ordering rules are send's.
 func (p *pipe) submit(pool driver.Pool, c *call) {
+	if w := p.enter(c); w >= 0 {
+		go p.run(pool, w, c.alone[:], nil, false, true)
+	}
+}
+
+// enter gives c its place in the pipe, the moment its unsent bit clears:
+// an idle wire, marked busy with c's lane and returned, on which c goes out
+// alone (c.alone), if the queue is empty and no busy wire carries its lane;
+// otherwise the end of the queue, and -1.
+func (p *pipe) enter(c *call) int {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if c.unsent != nil {
 		c.unsent.And(^c.bit)
 	}
 	if len(p.queue) == 0 {
 		if w := p.idleWire(c.lane); w >= 0 {
 			p.wires[w].busy, p.wires[w].lanes = true, c.lane
-			p.mu.Unlock()
 			c.alone[0] = c
-			go p.run(pool, w, c.alone[:], nil, false, true)
-			return
+			return w
 		}
 	}
 	p.queue = append(p.queue, c)
-	p.mu.Unlock()
+	return -1
 }
 
 // idleWire returns a wire on which a command of lane may go out at once, or
