@@ -465,21 +465,7 @@ func TestQueuedCommandsNeedNoGoroutine(t *testing.T) {
 	}
 	// The gates stay open until Close has waited for every node call: a
 	// straggler's batch may start after the callers have their majority.
-	stop := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case b := <-pools[0].started:
-				close(b.gate)
-			case b := <-pools[1].started:
-				close(b.gate)
-			case b := <-pools[2].started:
-				close(b.gate)
-			case <-stop:
-				return
-			}
-		}
-	}()
+	stop := openGates(pools...)
 	for range callers {
 		if err := <-errs; err != nil {
 			t.Error(err)
@@ -488,7 +474,30 @@ func TestQueuedCommandsNeedNoGoroutine(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Error(err)
 	}
-	close(stop)
+	stop()
+}
+
+// openGates lets every batch that starts on pools through at once, until
+// the returned stop is called.
+func openGates(pools ...*gatePool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, p := range pools {
+		wg.Go(func() {
+			for {
+				select {
+				case b := <-p.started:
+					close(b.gate)
+				case <-done:
+					return
+				}
+			}
+		})
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // slowObserver takes d over each node's answer, as an Observer that writes
@@ -542,21 +551,7 @@ func TestSlowObserverDelaysOnlyItsOwnRound(t *testing.T) {
 	}
 	// The gates stay open until Close has waited for every node call: a
 	// straggler's batch may start after the callers have their majority.
-	stop := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case b := <-pools[0].started:
-				close(b.gate)
-			case b := <-pools[1].started:
-				close(b.gate)
-			case b := <-pools[2].started:
-				close(b.gate)
-			case <-stop:
-				return
-			}
-		}
-	}()
+	stop := openGates(pools...)
 	failed := 0
 	for range callers {
 		if err := <-errs; err != nil {
@@ -572,7 +567,7 @@ func TestSlowObserverDelaysOnlyItsOwnRound(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Error(err)
 	}
-	close(stop)
+	stop()
 }
 
 // recordingPool answers SET with set and EVALSHA with eval, after hold (if
