@@ -72,6 +72,12 @@ var (
 	releaseSource string
 	releaseScript = newScript(releaseSource, 1)
 
+	// releaseManyScript is releaseScript for several keys in one call
+	// (pipe.go, "Combined releases").
+	//go:embed scripts/release_many.lua
+	releaseManySource string
+	releaseManyScript = newScript(releaseManySource, 0)
+
 	//go:embed scripts/extend.lua
 	extendSource string
 	extendScript = ackedScript(extendSource, 1)
@@ -145,6 +151,9 @@ func newNode(index int, pool Pool) *node {
 	}
 	if h, ok := pool.(driver.DeadlineHonorer); ok {
 		n.inline = h.HonorsDeadline()
+	}
+	if s, ok := pool.(driver.SingleServer); ok {
+		n.pipe.combine = s.SingleServer()
 	}
 	if m, ok := pool.(driver.Multiplexer); ok && m.Multiplexes() {
 		n.pipe.n = multiplexWires

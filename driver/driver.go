@@ -25,7 +25,8 @@
 // errors; Validator is checked when a Client is made; Subscriber lets a
 // release wake waiting callers; DeadlineHonorer lets a one-node Client run a
 // round on the caller's goroutine; Multiplexer may change how many batches
-// the core keeps in flight to the master.
+// the core keeps in flight to the master; SingleServer lets it combine
+// several keys' releases into one script call.
 //
 // Adapters exist for redigo (package redigo, in the root module) and, each
 // in a module of its own, for go-redis (github.com/quorumlock/redlock/goredis),
@@ -170,4 +171,18 @@ type DeadlineHonorer interface {
 // (docs/benchmarks.md).
 type Multiplexer interface {
 	Multiplexes() bool
+}
+
+// A SingleServer is a Pool whose commands all reach one server, its
+// master, whatever keys they name: not a Redis Cluster, nor a client or a
+// proxy that spreads keys over several servers. SingleServer reports
+// whether that holds for this Pool's client.
+//
+// The core may then carry the releases of several keys that one batch
+// sends to the node in a single script call, which the server runs for
+// much less than one call per key (docs/benchmarks.md). On a Pool that
+// does not implement it, or reports false, every command names the keys of
+// one lock only, so a Cluster routes each by its own slot.
+type SingleServer interface {
+	SingleServer() bool
 }

@@ -27,6 +27,7 @@ var (
 	_ driver.Validator       = (*Pool)(nil)
 	_ driver.Subscriber      = (*Pool)(nil)
 	_ driver.DeadlineHonorer = (*Pool)(nil)
+	_ driver.SingleServer    = (*Pool)(nil)
 )
 
 // NewPool returns the Pool for client, named by the address in its options
@@ -77,6 +78,16 @@ func (p *Pool) HonorsDeadline() bool {
 	}
 	opt := c.Options()
 	return opt.ContextTimeoutEnabled && opt.TLSConfig == nil && opt.Addr != failoverAddr
+}
+
+// SingleServer implements driver.SingleServer: a *redis.Client, of one
+// standalone master or a Sentinel failover client, sends every command to
+// its master, so the core may combine several keys' releases into one
+// script call. A ClusterClient routes each command by its keys' slot and
+// reports false, as does any other client.
+func (p *Pool) SingleServer() bool {
+	_, ok := p.client.(*redis.Client)
+	return ok && p.err == nil
 }
 
 // Valid implements driver.Validator: it reports a nil client or a Ring.

@@ -561,3 +561,28 @@ func TestHonorsDeadline(t *testing.T) {
 		})
 	}
 }
+
+// SingleServer: a *redis.Client has one master, a ClusterClient does not,
+// so only the first may carry several keys' releases in one script call.
+func TestSingleServer(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   bool
+	}{
+		{"standalone", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), true},
+		{"failover", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}}), true},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), false},
+		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), false},
+		{"nil", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.client != nil {
+				defer tc.client.Close()
+			}
+			if got := goredis.NewPool(tc.client).SingleServer(); got != tc.want {
+				t.Errorf("SingleServer() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -42,6 +42,7 @@ var (
 	_ driver.Namer           = (*Pool)(nil)
 	_ driver.Subscriber      = (*Pool)(nil)
 	_ driver.DeadlineHonorer = (*Pool)(nil)
+	_ driver.SingleServer    = (*Pool)(nil)
 )
 
 // Production defaults for NewPool. They are a backstop for connections that
@@ -111,6 +112,13 @@ func NewPool(addr string, opts ...redis.DialOption) *Pool {
 // master. A Pool built around a program's own *redis.Pool reports
 // false: its Dial may ignore ctx.
 func (p *Pool) HonorsDeadline() bool { return p != nil && p.keepsDeadline }
+
+// SingleServer implements driver.SingleServer. It reports true for a pool
+// made by NewPool, which dials addr and nothing else, so the core may
+// combine several keys' releases into one script call. A Pool built around
+// a program's own *redis.Pool reports false: its Dial may reach a proxy
+// that spreads keys over several servers.
+func (p *Pool) SingleServer() bool { return p != nil && p.keepsDeadline }
 
 // Name returns Addr.
 func (p *Pool) Name() string {

@@ -66,3 +66,21 @@ func TestRedigoHonorsDeadline(t *testing.T) {
 		t.Error("a Pool around a program's own pool reports HonorsDeadline")
 	}
 }
+
+// Only NewPool's pools say they reach one server: a program's own
+// *redis.Pool may dial a proxy that spreads keys over several.
+func TestRedigoSingleServer(t *testing.T) {
+	p := redigo.NewPool("127.0.0.1:1")
+	defer p.Close()
+	if !p.SingleServer() {
+		t.Error("NewPool's pool does not report SingleServer")
+	}
+	own := &redigo.Pool{Pool: &redis.Pool{}, Addr: "127.0.0.1:1"}
+	if own.SingleServer() {
+		t.Error("a Pool around a program's own pool reports SingleServer")
+	}
+	var none *redigo.Pool
+	if none.SingleServer() {
+		t.Error("a nil Pool reports SingleServer")
+	}
+}

@@ -92,6 +92,9 @@ func TestReplyMapping(t *testing.T) {
 		}
 		defer client.Close()
 		p := redlockrueidis.NewPool(client)
+		if !p.SingleServer() {
+			t.Error("a standalone client's Pool does not report SingleServer")
+		}
 		proto := map[bool]string{false: "RESP3", true: "RESP2"}[resp2]
 		exec(t, p, cmd("FLUSHALL"))
 
@@ -314,6 +317,9 @@ func TestClusterClient(t *testing.T) {
 		seeds = append(seeds, redlocktest.Server{Addr: addr})
 	}
 	p := dialCluster(t, seeds)
+	if p.(driver.SingleServer).SingleServer() {
+		t.Error("a cluster client's Pool reports SingleServer: the core would combine keys of different slots")
+	}
 	want := slices.Clone(rc.Addrs())
 	slices.Sort(want)
 	if got := p.(driver.Namer).Name(); got != strings.Join(want, ",") {
@@ -378,5 +384,8 @@ func TestNilClient(t *testing.T) {
 	}
 	if err := p.Subscribe(context.Background(), "c", func() {}, func(string) {}); err == nil {
 		t.Error("Subscribe without a client succeeded")
+	}
+	if p.SingleServer() {
+		t.Error("a Pool without a client reports SingleServer")
 	}
 }

@@ -32,11 +32,12 @@ type Pool struct {
 }
 
 var (
-	_ redlock.Pool       = (*Pool)(nil)
-	_ driver.Namer       = (*Pool)(nil)
-	_ driver.Validator   = (*Pool)(nil)
-	_ driver.Subscriber  = (*Pool)(nil)
-	_ driver.Multiplexer = (*Pool)(nil)
+	_ redlock.Pool        = (*Pool)(nil)
+	_ driver.Namer        = (*Pool)(nil)
+	_ driver.Validator    = (*Pool)(nil)
+	_ driver.Subscriber   = (*Pool)(nil)
+	_ driver.Multiplexer  = (*Pool)(nil)
+	_ driver.SingleServer = (*Pool)(nil)
 )
 
 // NewPool returns a Pool that sends commands through client. Its Addr is the
@@ -86,6 +87,14 @@ func (p *Pool) Name() string { return p.Addr }
 // cannot see; such a client works as well, its batches just wait for a
 // pooled connection each (see Batching in the package doc).
 func (p *Pool) Multiplexes() bool { return true }
+
+// SingleServer implements driver.SingleServer: a client in standalone or
+// Sentinel mode sends every command to its one master, so the core may
+// combine several keys' releases into one script call. A cluster client
+// (Client.Mode) routes each command by its slot and reports false.
+func (p *Pool) SingleServer() bool {
+	return p.Client != nil && p.Client.Mode() != valkey.ClientModeCluster
+}
 
 // Exec sends one command by Client.Do, and several by Client.DoMulti, which
 // writes them in order on one connection (one per slot, for a cluster
