@@ -34,11 +34,14 @@ import (
 // none waits in it, to a new runner.
 //
 // Wires open only when the others are busy: a command that finds the queue
-// empty and a wire idle goes out at once, alone, on that wire. So one caller
+// empty and a wire idle goes out at once, alone, on that wire, unless a
+// busy wire carries a batch of more than one command (crowd). So one caller
 // alone goes straight to the wire, and so do two callers on one node (each
-// finds a wire of its own), while 64 callers share two batches in flight
-// per node, of about 32 commands each, instead of one small batch per
-// caller. wires is 2: one makes a second caller wait for the first's round
+// finds a wire of its own), while 64 callers share large batches per node
+// instead of one small batch per caller. Without the crowd rule, under load
+// one wire carried the large batches and the other a stream of single
+// commands, each a write and a read on both sides (a third of the batches
+// at 64 callers; docs/benchmarks.md). wires is 2: one makes a second caller wait for the first's round
 // trip even with the node idle (two callers on one node ran at about half
 // the floor's rate), and four did not raise throughput at 64 callers,
 // while every extra batch costs a connection, a write and a read on both
@@ -210,6 +213,7 @@ type pipe struct {
 type wire struct {
 	busy  bool   // a batch is on the wire, or about to be
 	lanes uint64 // the lanes of that batch's commands, while busy
+	size  int    // how many commands that batch has, while busy
 	spare []*call
 
 	// The running batch's commands and replies, owned by whoever runs it
@@ -274,7 +278,7 @@ func (p *pipe) enter(c *call) int {
 	}
 	if len(p.queue) == 0 {
 		if w := p.idleWire(c.lane); w >= 0 {
-			p.wires[w].busy, p.wires[w].lanes = true, c.lane
+			p.wires[w].busy, p.wires[w].lanes, p.wires[w].size = true, c.lane, 1
 			c.alone[0] = c
 			return w
 		}
@@ -291,7 +295,7 @@ func (p *pipe) idleWire(lane uint64) int {
 	for i := range max(p.n, 1) {
 		w := &p.wires[i]
 		if w.busy {
-			if w.lanes&lane != 0 {
+			if w.lanes&lane != 0 || w.size > crowd {
 				return -1
 			}
 		} else if idle < 0 {
@@ -300,6 +304,10 @@ func (p *pipe) idleWire(lane uint64) int {
 	}
 	return idle
 }
+
+// crowd is the largest batch on a busy wire that lets a command take
+// another, idle wire; see above.
+const crowd = 1
 
 // await waits for a queued call's answer or lead, at most until its
 // deadline; see send.
@@ -369,7 +377,7 @@ func (p *pipe) run(pool Pool, w int, batch []*call, self *call, queued, runner b
 		}
 		next := p.take(w)
 		if len(next) == 0 {
-			wr.busy, wr.lanes = false, 0
+			wr.busy, wr.lanes, wr.size = false, 0, 0
 			p.mu.Unlock()
 			return
 		}
@@ -419,7 +427,7 @@ func (p *pipe) take(w int) []*call {
 	if mask&held == 0 { // the common case: the whole queue goes
 		next := p.queue
 		p.queue, wr.spare = wr.spare, nil
-		wr.lanes = mask
+		wr.lanes, wr.size = mask, len(next)
 		return next
 	}
 	next, kept := wr.spare[:0], p.queue[:0]
@@ -438,7 +446,7 @@ func (p *pipe) take(w int) []*call {
 		wr.spare = next
 		return nil
 	}
-	wr.spare, wr.lanes = nil, mask
+	wr.spare, wr.lanes, wr.size = nil, mask, len(next)
 	return next
 }
 

@@ -347,6 +347,54 @@ func TestPipeWiresOpenWhenBusy(t *testing.T) {
 	pool.none(t)
 }
 
+// The idle wire opens beside a busy wire only while that carries a single
+// command: beside a batch of several, callers are many, and a command
+// queues for the next batch instead of going out alone.
+func TestPipeIdleWireNotBesideABatch(t *testing.T) {
+	pool := newGatePool()
+	n := newNode(0, pool)
+	if n.pipe.n != 2 {
+		t.Skipf("the test is written for 2 wires, not %d", n.pipe.n)
+	}
+	ks := keysInLanes(5)
+	a := sendAsync(n, ks[0])
+	first := pool.next(t)
+	b := sendAsync(n, ks[1])
+	second := pool.next(t) // beside a single command
+	c := sendAsync(n, ks[2])
+	waitQueued(t, n, 1)
+	d := sendAsync(n, ks[3])
+	waitQueued(t, n, 2)
+	close(second.gate)
+	third := pool.next(t) // the queue, two commands, on the second wire
+	if !slices.Equal(third.keys, ks[2:4]) {
+		t.Fatalf("batch %v, want %v", third.keys, ks[2:4])
+	}
+	close(first.gate)
+	for _, done := range []<-chan error{a, b} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The first wire is idle, the second carries two commands.
+	e := sendAsync(n, ks[4])
+	waitQueued(t, n, 1)
+	pool.none(t)
+	close(third.gate)
+	fourth := pool.next(t)
+	if !slices.Equal(fourth.keys, ks[4:]) {
+		t.Errorf("batch %v, want %v", fourth.keys, ks[4:])
+	}
+	close(fourth.gate)
+	for _, done := range []<-chan error{c, d, e} {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	pool.none(t)
+}
+
 // A command whose key's lane is on a busy wire waits for that wire's batch
 // to be answered, even with the other wire idle, and a wire that comes free
 // leaves it queued for the wire it follows; the commands behind it that do
