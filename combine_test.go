@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -346,4 +347,68 @@ func TestCombinedReleasesAtMaxmemoryAndOnReplica(t *testing.T) {
 			t.Errorf("release of b with another token on a replica: %+v, want 0", batch[1].reply)
 		}
 	})
+}
+
+// A combined release that the node refuses as a whole before it runs, for
+// a reason one key's own release might not meet, does not fail the
+// releases it carries: an ACL user who may run EVALSHA but not EVAL (the
+// scripts loaded for it), or whose key pattern grants one of the keys and
+// not the other. Each release goes again as it came, with its own answer,
+// and the node gets no combined call afterwards.
+func TestCombinedReleaseRefusedAsAWhole(t *testing.T) {
+	srv := redistest.Start(t)
+	admin, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	do := func(args ...any) any {
+		t.Helper()
+		v, err := admin.Do(args[0].(string), args[1:]...)
+		if err != nil {
+			t.Fatal(args, err)
+		}
+		return v
+	}
+	do("ACL", "SETUSER", "shaonly", "on", ">pw", "~*", "&*", "+@all", "-eval")
+	do("ACL", "SETUSER", "part", "on", ">pw", "~ok:*", "&*", "+@all")
+	do("SCRIPT", "LOAD", releaseSource)
+	for _, tc := range []struct {
+		user string
+		keys []string
+		want []string // each release's answer: "1", or an error code
+	}{
+		{"shaonly", []string{"ok:a", "ok:b"}, []string{"1", "1"}},
+		{"part", []string{"ok:c", "no:d"}, []string{"1", "NOPERM"}},
+	} {
+		t.Run(tc.user, func(t *testing.T) {
+			rp := redigo.NewPool(srv.Addr, redis.DialUsername(tc.user), redis.DialPassword("pw"))
+			defer rp.Close()
+			pool := &seenPool{Pool: rp, single: true}
+			n := newNode(0, pool)
+			var wr wire
+			for round := range 2 {
+				var ops []batchOp
+				for _, k := range tc.keys {
+					do("SET", k, "tok")
+					ops = append(ops, batchOp{true, k, "tok"})
+				}
+				batch := batchCalls(n, ops...)
+				wr.exchange(&n.pipe, pool, batch)
+				for i, c := range batch {
+					got := replyCode(c.reply.Err)
+					if c.reply.Err == nil {
+						got = fmt.Sprint(c.reply.Value)
+					}
+					if got != tc.want[i] {
+						t.Errorf("round %d: release of %v: %+v, want %s", round, tc.keys[i], c.reply, tc.want[i])
+					}
+				}
+				sent := pool.take()
+				if round == 1 && len(sent) != len(tc.keys) {
+					t.Errorf("round %d: sent %d commands for %d releases, want one each", round, len(sent), len(tc.keys))
+				}
+			}
+		})
+	}
 }

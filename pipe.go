@@ -204,9 +204,12 @@ type pipe struct {
 
 	// combine: the Pool reaches one server (driver.SingleServer), so a
 	// batch's releases may go as one script call (releaseMany);
-	// manyCached: that script is known to be in the node's script cache.
-	combine    bool
-	manyCached atomic.Bool
+	// manyCached: that script is known to be in the node's script cache;
+	// manyRefused: the node refused a combined call as a whole (refusesMany),
+	// and releases go one call each from then on.
+	combine     bool
+	manyCached  atomic.Bool
+	manyRefused atomic.Bool
 }
 
 // A wire carries one batch at a time.
@@ -462,6 +465,7 @@ func (wr *wire) exchange(p *pipe, pool Pool, batch []*call) {
 		others   uint64 // the lanes of the other live calls
 		channel  any    // the first release's channel: the others must share it
 	)
+	combine := p.combine && !p.manyRefused.Load()
 	for _, c := range batch {
 		if !now.Before(c.deadline) {
 			c.late, c.reply = true, driver.Reply{Err: ErrNodeTimeout}
@@ -470,7 +474,7 @@ func (wr *wire) exchange(p *pipe, pool Pool, batch []*call) {
 		if last == nil || c.deadline.After(last.deadline) {
 			last = c
 		}
-		if p.combine && isRelease(c) && (releases == 0 || combinable(c, channel)) {
+		if combine && isRelease(c) && (releases == 0 || combinable(c, channel)) {
 			channel = c.args[4]
 			releases++
 		} else {
@@ -532,11 +536,18 @@ func (wr *wire) exchange(p *pipe, pool Pool, batch []*call) {
 			p.manyCached.Store(true)
 		case replyCode(r.Err) == "NOSCRIPT":
 			p.manyCached.Store(false)
+		case refusesMany(r.Err):
+			// Refused before it ran, for a reason that one key's own call
+			// might not meet: each release goes again as it came, and the
+			// node gets no combined call again.
+			p.manyRefused.Store(true)
+			resend(ctx, pool, members)
 		}
 	}
 	for _, c := range batch {
 		switch {
 		case c.late:
+		case c.part == resent:
 		case err != nil:
 			c.reply = driver.Reply{Err: err}
 		case c.part < 0:
@@ -568,7 +579,10 @@ func (wr *wire) exchange(p *pipe, pool Pool, batch []*call) {
 // sent by EVALSHA once a call of it has succeeded on the node, by EVAL
 // (which caches it) before that and after a NOSCRIPT; a NOSCRIPT reaches
 // each combined release as its own, and each resends its own script as it
-// would have anyway.
+// would have anyway. A refusal of the combined call as a whole before it
+// ran that one key's call might not meet (NOPERM from an ACL that denies
+// EVAL or one of its keys, CROSSSLOT from a proxy: refusesMany) sends the
+// releases again, one call each, and the node gets no combined call again.
 
 // isRelease reports whether c is a release script's EVALSHA (node.release,
 // releaseOwnedAsync), with its arguments as they lay them out: the hash,
@@ -618,6 +632,41 @@ func (wr *wire) releaseMany(p *pipe, members []*call) driver.Command {
 	args = append(args, members[0].args[4])
 	wr.manyArgs = args
 	return driver.Command{Name: name, Args: args, FirstKey: 2, NumKeys: len(members)}
+}
+
+// resent marks, in call.part, a combined release whose reply resend set.
+const resent = -2
+
+// refusesMany reports whether err, a reply to a combined release as a
+// whole, refuses it before it ran for a reason that the releases it carries
+// might not meet one by one: an ACL that lets the user run EVALSHA but not
+// EVAL, or that grants some of its keys and not others (NOPERM), or a proxy
+// that spreads keys over servers after all (CROSSSLOT).
+func refusesMany(err error) bool {
+	switch replyCode(err) {
+	case "NOPERM", "CROSSSLOT":
+		return true
+	}
+	return false
+}
+
+// resend sends the releases of a refused combined call (refusesMany) as
+// they came, one call each, in order, and sets their replies. The wire still
+// carries their lanes, and no other command of the batch names their keys
+// (sharesKey), so no command on one of their keys changes places with them.
+func resend(ctx context.Context, pool Pool, members []*call) {
+	cmds := make([]driver.Command, len(members))
+	replies := make([]driver.Reply, len(members))
+	for i, c := range members {
+		cmds[i] = c.cmd
+	}
+	err := pool.Exec(ctx, cmds, replies)
+	for i, c := range members {
+		if err != nil {
+			replies[i] = driver.Reply{Err: err}
+		}
+		c.reply, c.part = replies[i], resent
+	}
 }
 
 // memberReply returns element i of a combined release's reply r, which n
