@@ -117,7 +117,9 @@ func (p *Pool) HonorsDeadline() bool { return p != nil && p.keepsDeadline }
 // made by NewPool, which dials addr and nothing else, so the core may
 // combine several keys' releases into one script call. A Pool built around
 // a program's own *redis.Pool reports false: its Dial may reach a proxy
-// that spreads keys over several servers.
+// that spreads keys over several servers. If addr itself is such a proxy,
+// one that routes a script by its first key, build the Pool around
+// NewPool(addr).Pool instead (docs/drivers.md).
 func (p *Pool) SingleServer() bool { return p != nil && p.keepsDeadline }
 
 // Name returns Addr.
