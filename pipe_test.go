@@ -307,15 +307,18 @@ func sendAsync(n *node, key string) <-chan error {
 }
 
 // Wires open only when the others are busy: a second caller goes straight
-// to the wire beside the first, and once every wire is busy the callers
-// that follow share one batch.
+// to the wire beside the first, once every wire is busy the callers that
+// follow share one batch, and the idle wire opens beside a busy one only
+// while that carries a single command: beside a batch of several, callers
+// are many, and a command queues for the next batch instead of going out
+// alone.
 func TestPipeWiresOpenWhenBusy(t *testing.T) {
 	pool := newGatePool()
 	n := newNode(0, pool)
 	if n.pipe.n != 2 {
 		t.Skipf("the test is written for 2 wires, not %d", n.pipe.n)
 	}
-	ks := keysInLanes(5)
+	ks := keysInLanes(6)
 	a := sendAsync(n, ks[0])
 	first := pool.next(t)
 	b := sendAsync(n, ks[1])
@@ -324,7 +327,7 @@ func TestPipeWiresOpenWhenBusy(t *testing.T) {
 		t.Fatalf("batches %v and %v, want [%s] and [%s]", first.keys, second.keys, ks[0], ks[1])
 	}
 	var rest []<-chan error
-	for i, k := range ks[2:] {
+	for i, k := range ks[2:5] {
 		rest = append(rest, sendAsync(n, k))
 		waitQueued(t, n, i+1) // in this order
 	}
@@ -334,60 +337,25 @@ func TestPipeWiresOpenWhenBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	third := pool.next(t)
-	if !slices.Equal(third.keys, ks[2:]) {
-		t.Errorf("next batch %v, want the three queued commands %v in one batch", third.keys, ks[2:])
+	if !slices.Equal(third.keys, ks[2:5]) {
+		t.Errorf("next batch %v, want the three queued commands %v in one batch", third.keys, ks[2:5])
 	}
 	close(second.gate)
-	close(third.gate)
-	for _, done := range append(rest, b) {
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}
-	pool.none(t)
-}
-
-// The idle wire opens beside a busy wire only while that carries a single
-// command: beside a batch of several, callers are many, and a command
-// queues for the next batch instead of going out alone.
-func TestPipeIdleWireNotBesideABatch(t *testing.T) {
-	pool := newGatePool()
-	n := newNode(0, pool)
-	if n.pipe.n != 2 {
-		t.Skipf("the test is written for 2 wires, not %d", n.pipe.n)
-	}
-	ks := keysInLanes(5)
-	a := sendAsync(n, ks[0])
-	first := pool.next(t)
-	b := sendAsync(n, ks[1])
-	second := pool.next(t) // beside a single command
-	c := sendAsync(n, ks[2])
-	waitQueued(t, n, 1)
-	d := sendAsync(n, ks[3])
-	waitQueued(t, n, 2)
-	close(second.gate)
-	third := pool.next(t) // the queue, two commands, on the second wire
-	if !slices.Equal(third.keys, ks[2:4]) {
-		t.Fatalf("batch %v, want %v", third.keys, ks[2:4])
-	}
-	close(first.gate)
-	for _, done := range []<-chan error{a, b} {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+	if err := <-b; err != nil {
+		t.Fatal(err)
 	}
 
-	// The first wire is idle, the second carries two commands.
-	e := sendAsync(n, ks[4])
+	// One wire idle, the other carrying three commands: the next queues.
+	rest = append(rest, sendAsync(n, ks[5]))
 	waitQueued(t, n, 1)
 	pool.none(t)
 	close(third.gate)
 	fourth := pool.next(t)
-	if !slices.Equal(fourth.keys, ks[4:]) {
-		t.Errorf("batch %v, want %v", fourth.keys, ks[4:])
+	if !slices.Equal(fourth.keys, ks[5:]) {
+		t.Errorf("batch %v, want %v", fourth.keys, ks[5:])
 	}
 	close(fourth.gate)
-	for _, done := range []<-chan error{c, d, e} {
+	for _, done := range rest {
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
