@@ -126,8 +126,12 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 
 	defer func() {
 		// Runs even if fn panicked: judge validity at fn's return, settle
-		// fn's context with that verdict, stop extending, then release.
-		held := c.clock.Now().Before(l.Until())
+		// fn's context with that verdict, stop extending, then release. A
+		// loss that keep has already given fn as its cause counts, even if
+		// the clock has not quite reached Until (l.Done's timer may fire a
+		// little early on a loaded machine): Do's error and fn's cause must
+		// agree.
+		held := c.clock.Now().Before(l.Until()) && !errors.Is(context.Cause(fnCtx), ErrLockLost)
 		if held {
 			// fn returned in time: a loss that keep sees from now on came
 			// after fn, and must not become fn's cause.

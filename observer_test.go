@@ -138,7 +138,13 @@ func TestHeldAndMargin(t *testing.T) {
 	f, err := fenced.TryLock(context.Background(), "held:fenced", time.Minute)
 	require.NoError(t, err)
 	c.settle(t)
-	assert.Equal(t, 4, f.Held())
+	// Four nodes took the key; a fenced lock holds the ones whose fence
+	// it raised in its second round, and a node whose first answer came
+	// after the verdict missed that round (1 run in 100 under -race). The
+	// failing node never counts.
+	if held := f.Held(); held != 3 && held != 4 {
+		t.Errorf("fenced Held() = %d, want 4, or 3 if a straggler missed the fence round", held)
+	}
 }
 
 // Do reports a lost lock to the observe.Observer, with its cause.
