@@ -565,16 +565,15 @@ func (wr *wire) exchange(p *pipe, pool Pool, batch []*call) {
 // 16 locks' SETs and releases pipelined, the server's CPU per SET and
 // release was 11.4 µs with a script call per release and 9.5 µs with one
 // call releasing all 16 (release_many.lua; BenchmarkReleaseScripts in
-// bench/, docs/benchmarks.md). So, on a
-// Pool whose commands all reach one server (driver.SingleServer), the
-// release scripts that one batch carries go as one call of
-// release_many.lua, with the keys, the tokens and the channel, in the
-// place of the first of them; each call gets its own key's element of the
-// array it returns, so a refusal or an error reply is still its key's
-// alone. A batch has no more commands to order than before, since the
-// only releases moved are those whose lane no other command in the batch
-// shares (lanes are what order the pipe, see above), and the releases
-// keep their order among themselves. A single release, or one whose
+// bench/, docs/benchmarks.md). So, on a Pool whose commands all reach one
+// server (driver.SingleServer), the release scripts that one batch carries
+// go as one call of release_many.lua, with the keys, the tokens and the
+// channel, in the place of the first of them; each call gets its own key's
+// element of the array it returns, so a refusal or an error reply is still
+// its key's alone. No two commands on one key change order: the only
+// releases moved are those whose key no other command in the batch names
+// (sharesKey; the order that matters is one key's, see above), and the
+// releases keep their order among themselves. A single release, or one whose
 // channel differs from the first's, goes as it is. The combined script is
 // sent by EVALSHA once a call of it has succeeded on the node, by EVAL
 // (which caches it) before that and after a NOSCRIPT; a NOSCRIPT reaches
