@@ -34,8 +34,7 @@ func (p *seenPool) Exec(ctx context.Context, cmds []driver.Command, replies []dr
 		p.cmds = append(p.cmds, c)
 	}
 	p.mu.Unlock()
-	err := p.Pool.Exec(ctx, cmds, replies)
-	return err
+	return p.Pool.Exec(ctx, cmds, replies)
 }
 
 // take returns the commands seen since the last take.
@@ -47,14 +46,15 @@ func (p *seenPool) take() []driver.Command {
 	return cmds
 }
 
-// batchCalls makes one batch's calls: a release of key with token (rel)
-// or a SET NX of key (set), in order.
+// exchangeOps sends one batch of ops through a wire of n's pipe to n's
+// Pool, as a runner would, and returns its calls, their replies set: a
+// release of key with token (rel) or a SET NX of key, in order.
 type batchOp struct {
 	rel        bool
 	key, token string
 }
 
-func batchCalls(n *node, ops ...batchOp) []*call {
+func exchangeOps(n *node, ops ...batchOp) []*call {
 	deadline := time.Now().Add(5 * time.Second)
 	var batch []*call
 	for _, op := range ops {
@@ -69,6 +69,8 @@ func batchCalls(n *node, ops ...batchOp) []*call {
 		c.lane = 1 << laneOf(op.key)
 		batch = append(batch, c)
 	}
+	var wr wire
+	wr.exchange(&n.pipe, n.pool, batch)
 	return batch
 }
 
@@ -108,7 +110,7 @@ func TestCombinedReleasesGoAsOneScript(t *testing.T) {
 			must("SET", "d", "someone else's")
 			must("HSET", "e", "f", "v")
 
-			batch := batchCalls(n,
+			batch := exchangeOps(n,
 				batchOp{true, "a", "tok-a"},
 				batchOp{false, "g", "tok-g"},
 				batchOp{false, "i", "tok-i2"}, // refused: i is held until its release below
@@ -121,8 +123,6 @@ func TestCombinedReleasesGoAsOneScript(t *testing.T) {
 				batchOp{true, "f", "tok-f"},
 				batchOp{true, "c", "tok-c"},
 			)
-			var wr wire
-			wr.exchange(&n.pipe, pool, batch)
 
 			sent := pool.take()
 			var names []string
@@ -174,8 +174,7 @@ func TestCombinedReleasesGoAsOneScript(t *testing.T) {
 				}
 				must("SET", "x", "tok-x")
 				must("SET", "y", "tok-y")
-				batch := batchCalls(n, batchOp{true, "x", "tok-x"}, batchOp{true, "y", "tok-y"})
-				wr.exchange(&n.pipe, pool, batch)
+				batch := exchangeOps(n, batchOp{true, "x", "tok-x"}, batchOp{true, "y", "tok-y"})
 				sent := pool.take()
 				if len(sent) != 1 || sent[0].Name != wantName {
 					t.Fatalf("round %d: sent %v, want one %s", round, sent, wantName)
@@ -211,8 +210,7 @@ func TestReleasesNotCombinedWithoutSingleServer(t *testing.T) {
 	}
 	pool := &seenPool{Pool: rp}
 	n := newNode(0, pool)
-	var wr wire
-	wr.exchange(&n.pipe, pool, batchCalls(n, batchOp{true, "a", "t"}, batchOp{true, "b", "t"}))
+	exchangeOps(n, batchOp{true, "a", "t"}, batchOp{true, "b", "t"})
 	if sent := pool.take(); len(sent) != 2 {
 		t.Errorf("sent %d commands for two releases, want 2", len(sent))
 	}
@@ -291,11 +289,7 @@ func TestCombinedReleasesAtMaxmemoryAndOnReplica(t *testing.T) {
 		t.Helper()
 		rp := redigo.NewPool(addr)
 		t.Cleanup(func() { rp.Close() })
-		n := newNode(0, rp)
-		batch := batchCalls(n, ops...)
-		var wr wire
-		wr.exchange(&n.pipe, rp, batch)
-		return batch
+		return exchangeOps(newNode(0, rp), ops...)
 	}
 	do := func(t *testing.T, addr string, args ...any) any {
 		t.Helper()
@@ -386,15 +380,13 @@ func TestCombinedReleaseRefusedAsAWhole(t *testing.T) {
 			defer rp.Close()
 			pool := &seenPool{Pool: rp, single: true}
 			n := newNode(0, pool)
-			var wr wire
 			for round := range 2 {
 				var ops []batchOp
 				for _, k := range tc.keys {
 					do("SET", k, "tok")
 					ops = append(ops, batchOp{true, k, "tok"})
 				}
-				batch := batchCalls(n, ops...)
-				wr.exchange(&n.pipe, pool, batch)
+				batch := exchangeOps(n, ops...)
 				for i, c := range batch {
 					got := replyCode(c.reply.Err)
 					if c.reply.Err == nil {
