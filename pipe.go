@@ -41,9 +41,10 @@ import (
 // instead of one small batch per caller. Without the crowd rule, under load
 // one wire carried the large batches and the other a stream of single
 // commands, each a write and a read on both sides (a third of the batches
-// at 64 callers; docs/benchmarks.md). wires is 2: one makes a second caller wait for the first's round
-// trip even with the node idle (two callers on one node ran at about half
-// the floor's rate), and four did not raise throughput at 64 callers,
+// at 64 callers; docs/benchmarks.md). wires is 2: one makes a second
+// caller wait for the first's round trip even with the node idle (two
+// callers on one node ran at about half the floor's rate), and four did
+// not raise throughput at 64 callers,
 // while every extra batch costs a connection, a write and a read on both
 // sides. 16 fixed lanes by key hash, the layout before, cut 64 callers
 // into batches of about four and ran at a third to a half of the rate of

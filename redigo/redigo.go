@@ -31,9 +31,9 @@ type Pool struct {
 	*redis.Pool
 	Addr string
 
-	// keepsDeadline: the pool was made by NewPool, whose dialling and
-	// reading follow ctx (HonorsDeadline).
-	keepsDeadline bool
+	// fromNewPool: the pool was made by NewPool, whose dialling and reading
+	// follow ctx (HonorsDeadline) and which dials addr alone (SingleServer).
+	fromNewPool bool
 }
 
 var (
@@ -71,7 +71,7 @@ func NewPool(addr string, opts ...redis.DialOption) *Pool {
 		redis.DialReadTimeout(poolIOTimeout),
 		redis.DialWriteTimeout(poolIOTimeout),
 	}, opts...)
-	return &Pool{Addr: addr, keepsDeadline: true, Pool: &redis.Pool{
+	return &Pool{Addr: addr, fromNewPool: true, Pool: &redis.Pool{
 		MaxIdle:     poolMaxIdle,
 		IdleTimeout: poolIdleTimeout,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
@@ -111,7 +111,7 @@ func NewPool(addr string, opts ...redis.DialOption) *Pool {
 // caller) fills only with thousands of callers queued on one unreachable
 // master. A Pool built around a program's own *redis.Pool reports
 // false: its Dial may ignore ctx.
-func (p *Pool) HonorsDeadline() bool { return p != nil && p.keepsDeadline }
+func (p *Pool) HonorsDeadline() bool { return p != nil && p.fromNewPool }
 
 // SingleServer implements driver.SingleServer. It reports true for a pool
 // made by NewPool, which dials addr and nothing else, so the core may
@@ -120,7 +120,7 @@ func (p *Pool) HonorsDeadline() bool { return p != nil && p.keepsDeadline }
 // that spreads keys over several servers. If addr itself is such a proxy,
 // one that routes a script by its first key, build the Pool around
 // NewPool(addr).Pool instead (docs/drivers.md).
-func (p *Pool) SingleServer() bool { return p != nil && p.keepsDeadline }
+func (p *Pool) SingleServer() bool { return p != nil && p.fromNewPool }
 
 // Name returns Addr.
 func (p *Pool) Name() string {
