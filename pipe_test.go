@@ -306,6 +306,23 @@ func sendAsync(n *node, key string) <-chan error {
 	return done
 }
 
+// twoBusyWires returns a node on a new gatePool whose two wires are busy:
+// SET ks[0] went out alone (first) and SET ks[1] beside it (second), both
+// held at their gates; a and b are their callers' errors.
+func twoBusyWires(t *testing.T, ks []string) (pool *gatePool, n *node, first, second gatedBatch, a, b <-chan error) {
+	t.Helper()
+	pool = newGatePool()
+	n = newNode(0, pool)
+	if n.pipe.n != 2 {
+		t.Skipf("the test is written for 2 wires, not %d", n.pipe.n)
+	}
+	a = sendAsync(n, ks[0])
+	first = pool.next(t)
+	b = sendAsync(n, ks[1])
+	second = pool.next(t) // beside the first, which is still on the wire
+	return pool, n, first, second, a, b
+}
+
 // Wires open only when the others are busy: a second caller goes straight
 // to the wire beside the first, once every wire is busy the callers that
 // follow share one batch, and the idle wire opens beside a busy one only
@@ -313,16 +330,8 @@ func sendAsync(n *node, key string) <-chan error {
 // are many, and a command queues for the next batch instead of going out
 // alone.
 func TestPipeWiresOpenWhenBusy(t *testing.T) {
-	pool := newGatePool()
-	n := newNode(0, pool)
-	if n.pipe.n != 2 {
-		t.Skipf("the test is written for 2 wires, not %d", n.pipe.n)
-	}
 	ks := keysInLanes(6)
-	a := sendAsync(n, ks[0])
-	first := pool.next(t)
-	b := sendAsync(n, ks[1])
-	second := pool.next(t) // beside the first, which is still on the wire
+	pool, n, first, second, a, b := twoBusyWires(t, ks)
 	if first.keys[0] != ks[0] || second.keys[0] != ks[1] {
 		t.Fatalf("batches %v and %v, want [%s] and [%s]", first.keys, second.keys, ks[0], ks[1])
 	}
@@ -361,6 +370,77 @@ func TestPipeWiresOpenWhenBusy(t *testing.T) {
 		}
 	}
 	pool.none(t)
+}
+
+// Whoever carried a batch of three or more yields once it has answered
+// them, before it takes the queue: the callers its answers woke send their
+// next commands meanwhile, and those go out together in the next batch
+// rather than the first of them alone on a wire that had gone idle.
+func TestPipeYieldsAfterALargeBatch(t *testing.T) {
+	// On one processor the yield runs the woken callers first, unless the
+	// scheduler takes its global queue first (one time in 61): three tries.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var sizes []int
+	for range 3 {
+		size := nextBatchAfterThree(t)
+		if size == 2 {
+			return
+		}
+		sizes = append(sizes, size)
+	}
+	t.Errorf("the batch after a batch of three had %v commands in three tries, want 2: "+
+		"the two callers the carrier answered sent theirs together", sizes)
+}
+
+// nextBatchAfterThree has a batch of three callers answered, each of which
+// then sends another command, and returns the size of the batch that
+// starts next.
+func nextBatchAfterThree(t *testing.T) int {
+	ks := keysInLanes(8)
+	pool, n, first, second, a, b := twoBusyWires(t, ks)
+	var done []<-chan error
+	for i := 2; i < 5; i++ {
+		done = append(done, sendThen(n, ks[i], ks[i+3]))
+		waitQueued(t, n, i-1)
+	}
+	close(first.gate)
+	three := pool.next(t)
+	if len(three.keys) != 3 {
+		t.Fatalf("batch %v, want the three queued commands", three.keys)
+	}
+	close(three.gate)
+	// The carrier (one of the three) answers the others and yields: they
+	// send their next commands, which queue, both wires being busy; then
+	// it takes them. Without the yield it finds the queue empty, lets the
+	// wire go idle, and sends its own next command alone on it.
+	next := pool.next(t)
+	close(next.gate)
+	close(second.gate)
+	stop := openGates(pool)
+	defer stop()
+	for _, d := range append(done, a, b) {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return len(next.keys)
+}
+
+// sendThen sends SET key and then SET then to n, from a goroutine of its
+// own, as a caller that goes on to its next command once answered, and
+// returns the channel of the first error.
+func sendThen(n *node, key, then string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for _, k := range []string{key, then} {
+			if _, err := n.send(context.Background(), time.Now().Add(10*time.Second), laneOf(k), nil, "SET", 0, 1, k, "v"); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
 }
 
 // A command whose key's lane is on a busy wire waits for that wire's batch
