@@ -51,18 +51,21 @@ import (
 // into batches of about four and ran at a third to a half of the rate of
 // two wires (docs/benchmarks.md, issue 22).
 //
-// A yield after a large batch: whoever carried a batch of more than
-// crowd+1 commands yields its processor (runtime.Gosched) once it has
-// answered them, before it takes the queue. The answers have just made
-// their callers runnable, and their next commands (the release after a won
-// SET, the next lock) are what the queue lacks: without the yield the
-// carrier found it empty, the wire went idle, and the first of those
+// A yield after a large batch: a runner that carried a batch of more
+// than crowd+1 commands yields its processor (runtime.Gosched) once it
+// has answered them, before it takes the queue. The answers have just
+// made their callers runnable, and their next commands (the release after
+// a won SET, the next lock) are what the queue lacks: without the yield
+// the runner found it empty, the wire went idle, and the first of those
 // commands went out alone, so that under load the batches alternated
 // between one command and many (37 to 41% of the batches at 64 callers
 // had one, 19 to 24% with the yield, and throughput rose by 1.14× at 64
 // callers and 1.09× at 512; docs/benchmarks.md, issue 22, fourth step). A
-// second yield added nothing. A batch of one or two, the load of one or
-// two callers, yields nothing.
+// second yield added nothing. A caller's goroutine that carried a batch
+// does not yield: its own reply is in, and a yield would only delay its
+// return, past the node deadline that its answer is judged by if the
+// processors are busy (inline.go). One or two callers rarely make a batch
+// of three, and then yield nothing either.
 //
 // Order: commands on one key keep their order on the node. A key hashes to
 // one of 64 lanes (laneOf); each busy wire records the lanes of its batch,
@@ -387,7 +390,7 @@ func (p *pipe) run(pool Pool, w int, batch []*call, self *call, queued, runner b
 				c.done <- struct{}{}
 			}
 		}
-		if len(batch) > crowd+1 {
+		if runner && len(batch) > crowd+1 {
 			runtime.Gosched() // see "A yield after a large batch"
 		}
 

@@ -372,10 +372,11 @@ func TestPipeWiresOpenWhenBusy(t *testing.T) {
 	pool.none(t)
 }
 
-// Whoever carried a batch of three or more yields once it has answered
-// them, before it takes the queue: the callers its answers woke send their
-// next commands meanwhile, and those go out together in the next batch
-// rather than the first of them alone on a wire that had gone idle.
+// A runner that carried a batch of three or more yields once it has
+// answered them, before it takes the queue: the callers its answers woke
+// send their next commands meanwhile, and those go out together in the
+// next batch rather than the first of them alone on a wire that had gone
+// idle.
 func TestPipeYieldsAfterALargeBatch(t *testing.T) {
 	// On one processor the yield runs the woken callers first, unless the
 	// scheduler takes its global queue first (one time in 61): three tries.
@@ -383,36 +384,37 @@ func TestPipeYieldsAfterALargeBatch(t *testing.T) {
 	var sizes []int
 	for range 3 {
 		size := nextBatchAfterThree(t)
-		if size == 2 {
+		if size == 3 {
 			return
 		}
 		sizes = append(sizes, size)
 	}
-	t.Errorf("the batch after a batch of three had %v commands in three tries, want 2: "+
-		"the two callers the carrier answered sent theirs together", sizes)
+	t.Errorf("the batch after a batch of three had %v commands in three tries, want 3: "+
+		"the three callers the runner answered sent theirs together", sizes)
 }
 
-// nextBatchAfterThree has a batch of three callers answered, each of which
-// then sends another command, and returns the size of the batch that
-// starts next.
+// nextBatchAfterThree has a runner carry a batch of three asynchronous
+// commands whose callers, once answered, each submit another, and returns
+// the size of the batch that starts next.
 func nextBatchAfterThree(t *testing.T) int {
 	ks := keysInLanes(8)
 	pool, n, first, second, a, b := twoBusyWires(t, ks)
 	var done []<-chan error
 	for i := 2; i < 5; i++ {
-		done = append(done, sendThen(n, ks[i], ks[i+3]))
+		done = append(done, submitThen(n, ks[i], ks[i+3]))
 		waitQueued(t, n, i-1)
 	}
-	close(first.gate)
+	close(first.gate) // its caller hands the queue, all asynchronous, to a runner
 	three := pool.next(t)
 	if len(three.keys) != 3 {
 		t.Fatalf("batch %v, want the three queued commands", three.keys)
 	}
 	close(three.gate)
-	// The carrier (one of the three) answers the others and yields: they
-	// send their next commands, which queue, both wires being busy; then
-	// it takes them. Without the yield it finds the queue empty, lets the
-	// wire go idle, and sends its own next command alone on it.
+	// The runner answers the three, which wakes their callers, and yields:
+	// they submit their next commands, which queue, both wires being busy;
+	// then it takes them. Without the yield it finds the queue empty and
+	// lets the wire go idle, and the first of the next commands goes out
+	// alone on it.
 	next := pool.next(t)
 	close(next.gate)
 	close(second.gate)
@@ -426,22 +428,37 @@ func nextBatchAfterThree(t *testing.T) int {
 	return len(next.keys)
 }
 
-// sendThen sends SET key and then SET then to n, from a goroutine of its
-// own, as a caller that goes on to its next command once answered, and
-// returns the channel of the first error.
-func sendThen(n *node, key, then string) <-chan error {
+// submitThen submits SET key to n asynchronously, as a round does, and,
+// once it is answered, SET then from the goroutine its answer wakes, as a
+// caller that goes on to its next command; it returns the channel of the
+// first error.
+func submitThen(n *node, key, then string) <-chan error {
 	done := make(chan error, 1)
+	first, second := make(answerFunc, 1), make(answerFunc, 1)
+	submitSET(n, key, first)
 	go func() {
-		for _, k := range []string{key, then} {
-			if _, err := n.send(context.Background(), time.Now().Add(10*time.Second), laneOf(k), nil, "SET", 0, 1, k, "v"); err != nil {
-				done <- err
-				return
-			}
+		if err := <-first; err != nil {
+			done <- err
+			return
 		}
-		done <- nil
+		submitSET(n, then, second)
+		done <- <-second
 	}()
 	return done
 }
+
+// submitSET submits SET key to n, whose reply's error goes to then.
+func submitSET(n *node, key string, then answerFunc) {
+	c := n.pipe.newCall(context.Background(), time.Now().Add(10*time.Second), "SET", 0, 1, []any{key, "v"})
+	c.lane, c.then, c.node = 1<<laneOf(key), then, n
+	n.pipe.submit(n.pool, c)
+}
+
+// An answerFunc takes an asynchronous call's reply, as a round's fan does,
+// and passes its error on.
+type answerFunc chan error
+
+func (f answerFunc) answer(c *call) { f <- c.reply.Err }
 
 // A command whose key's lane is on a busy wire waits for that wire's batch
 // to be answered, even with the other wire idle, and a wire that comes free

@@ -109,9 +109,8 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 	if p.Client == nil {
 		return errNoClient
 	}
-	cluster := p.Client.Mode() == rueidis.ClientModeCluster
 	if len(cmds) == 1 {
-		cmd, err := p.build(cmds[0], cluster)
+		cmd, err := p.build(cmds[0])
 		if err != nil {
 			return err
 		}
@@ -119,7 +118,7 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 	}
 	built := make([]rueidis.Completed, len(cmds))
 	for i, c := range cmds {
-		cmd, err := p.build(c, cluster)
+		cmd, err := p.build(c)
 		if err != nil {
 			return err
 		}
@@ -139,21 +138,22 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 
 var errReplyCount = errors.New("redlock/rueidis: reply count does not match")
 
-// build makes one rueidis command. For a cluster client the first key goes
-// through Keys, so that the client routes the command by its slot; every
-// other argument, and every argument for a client of one master (where the
-// slot decides nothing and computing it was 4% of the client's CPU at 64
-// callers), goes through Args. The builder of a cluster client panics on
-// keys of different slots, and the server refuses them anyway, with
-// CROSSSLOT: that is the answer redlock expects (docs/drivers.md).
-func (p *Pool) build(c driver.Command, cluster bool) (rueidis.Completed, error) {
+// build makes one rueidis command, each argument appended to the builder
+// as it is converted. The first key goes through Keys: a cluster client
+// routes the command by its slot, and a client of one master spreads
+// keyed commands at random over its PipelineMultiplex connections (a
+// command without a key always takes the first). Further keys go through
+// Args with the other arguments, so the builder never checks that they
+// share the first's slot; the server refuses keys of different slots
+// with CROSSSLOT, which is the answer redlock expects (docs/drivers.md).
+func (p *Pool) build(c driver.Command) (rueidis.Completed, error) {
 	b := p.Client.B().Arbitrary(c.Name)
 	for i, a := range c.Args {
 		s, err := argString(a)
 		if err != nil {
 			return rueidis.Completed{}, fmt.Errorf("redlock/rueidis: %s argument %d: %w", c.Name, i, err)
 		}
-		if cluster && i == c.FirstKey && c.NumKeys > 0 {
+		if i == c.FirstKey && c.NumKeys > 0 {
 			b = b.Keys(s)
 		} else {
 			b = b.Args(s)
