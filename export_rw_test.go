@@ -9,3 +9,10 @@ func WithoutIntent(m *RWMutex) *RWMutex {
 
 // RWNames names the keys of the RW lock on key (rwmutex.go).
 func RWNames(key string) (writer, readers, intent string) { return rwNames(key) }
+
+// RWQueueNames names the waiting and entitled readers' sets of the RW
+// lock on key (rwmutex.go).
+func RWQueueNames(key string) (waiting, entitled string) {
+	w, _, _ := rwNames(key)
+	return rwQueueNames(w)
+}

@@ -304,9 +304,11 @@ func TestRealRWMutexPhaseFair(t *testing.T) {
 	c := realClient(t, addrs, redlock.WithTries(1<<20), redlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
 	writes, reads := rwLoad(t, c.RWMutex("fair"), 2*time.Second)
 	t.Logf("writers got in %d times (p99 wait %v), readers %d times (p99 wait %v)", len(writes), p99(writes), len(reads), p99(reads))
-	// Starvation is 0 (see above); a loaded machine got writers in 9 times.
-	assert.GreaterOrEqual(t, len(writes), 5, "writers starved")
-	assert.GreaterOrEqual(t, len(reads), 5, "readers starved")
+	// Starvation is 0 (see above). Both sides stalled for seconds about one
+	// run in fifteen (3 to 9 writes) while a reader's clean-up could
+	// overtake its attempt (docs/rwlock.md, "A stall, found and fixed").
+	assert.GreaterOrEqual(t, len(writes), 10, "writers starved")
+	assert.GreaterOrEqual(t, len(reads), 10, "readers starved")
 }
 
 // Neither upgrade nor downgrade: a reader's TryLock is refused while it

@@ -425,8 +425,20 @@ func (m *RWMutex) fence(ctx context.Context, l *Lock, release nodeOp, until time
 // the waiting and entitled readers, from every node, once it has given up:
 // best effort, within a node timeout, even if ctx has ended. A node it
 // misses drops the mark at its ttl.
+//
+// It goes on the lane of the acquisitions it follows (the writer key's,
+// or the readers set's), so that on each node it comes after an attempt
+// still in the node's pipe: on another lane it could overtake a
+// straggler, whose script then left the mark or registration behind
+// after the unmark. A reader's registration left so was entitled at the
+// next writer's release and, with one such reader on each of two nodes,
+// held every writer back there, while the writers' intent marks held the
+// readers back, until the entitlements lapsed, seconds later.
 func (m *RWMutex) unmark(ctx context.Context, intent string, write bool) {
-	lane := laneOf(m.intent.(string))
+	lane := laneOf(m.readers.(string))
+	if write {
+		lane = laneOf(m.writer.(string))
+	}
 	m.client.fanout(context.WithoutCancel(ctx), round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			var err error

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 )
 
 // readersOn returns the reader tokens in key's readers set on each node.
@@ -502,4 +503,70 @@ func TestRWMutexDoCancelsOnLoss(t *testing.T) {
 		assert.ErrorIs(t, err, redlock.ErrLockLost, "write=%v", write)
 		assert.NotContains(t, err.Error(), "was not cancelled", "write=%v", write)
 	}
+}
+
+// A holdPool holds the first batch that hold picks until gate is closed,
+// then sends it; other batches go through at once.
+type holdPool struct {
+	redlock.Pool
+	hold func(cmds []driver.Command) bool
+	gate chan struct{}
+	held atomic.Bool
+}
+
+func (p *holdPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
+	if p.hold(cmds) && p.held.CompareAndSwap(false, true) {
+		<-p.gate
+	}
+	return p.Pool.Exec(ctx, cmds, replies)
+}
+
+// A reader granted by a majority while its attempt is still on its way to
+// a third node removes its registration there after that attempt, not
+// before: the removal follows the attempt in the node's pipe. Before, it
+// went on another lane and could overtake the attempt, whose script, refused
+// by a writer's intent mark, then registered the reader after the removal;
+// the next writer's release entitled that absent reader, and the node
+// refused every writer until the entitlement lapsed (with one such node
+// per two, TestRealRWMutexPhaseFair saw both sides stall for seconds).
+func TestRWMutexUnmarkFollowsTheAttempt(t *testing.T) {
+	c := newCluster(t, 3)
+	writer, readers, intent := redlock.RWNames("follow")
+	waiting, _ := redlock.RWQueueNames("follow")
+	// Node 2 refuses readers: a writer waits there (its intent mark).
+	c.nodes[2].Set(intent, "a-writer")
+	c.nodes[2].SetTTL(intent, time.Minute)
+	slow := &holdPool{Pool: c.pools[2], gate: make(chan struct{}), hold: func(cmds []driver.Command) bool {
+		for _, cmd := range cmds { // the reader's attempt names the writer key and the readers set
+			if len(cmd.Args) > 3 && cmd.Args[2] == writer && cmd.Args[3] == readers {
+				return true
+			}
+		}
+		return false
+	}}
+	// Nodes 0 and 1 answer once node 2 holds the attempt, so that it is in
+	// node 2's pipe when the reader, granted, sends the removal.
+	for _, p := range c.pools[:2] {
+		p.onGet(func() {
+			for start := time.Now(); !slow.held.Load() && time.Since(start) < 5*time.Second; {
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	client, err := redlock.New([]redlock.Pool{c.pools[0], c.pools[1], slow},
+		redlock.WithNodeTimeout(10*time.Second), redlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond), redlock.WithTries(100))
+	require.NoError(t, err)
+	c.clients = append(c.clients, client)
+	defer client.Close()
+
+	l, err := client.RWMutex("follow").RLock(context.Background(), time.Minute)
+	require.NoError(t, err, "nodes 0 and 1 grant the reader")
+	require.True(t, slow.held.Load(), "the attempt on node 2 was not held")
+	// The removal has gone to every node; on node 2 it must wait for the
+	// attempt. Let the attempt through and wait for every node call.
+	close(slow.gate)
+	c.settle(t)
+	members, _ := c.nodes[2].ZMembers(waiting)
+	assert.Empty(t, members, "node 2 keeps the granted reader's registration: the removal overtook its attempt")
+	require.NoError(t, l.Unlock(context.Background()))
 }
