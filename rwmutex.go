@@ -433,7 +433,10 @@ func (m *RWMutex) fence(ctx context.Context, l *Lock, release nodeOp, until time
 // after the unmark. A reader's registration left so was entitled at the
 // next writer's release and, with one such reader on each of two nodes,
 // held every writer back there, while the writers' intent marks held the
-// readers back, until the entitlements lapsed, seconds later.
+// readers back, until the entitlements lapsed, seconds later. An attempt
+// not yet in the pipe, or resent by EVAL after NOSCRIPT (which enters the
+// pipe again), can still come after the unmark; what it leaves lapses at
+// its ttl (docs/rwlock.md, "A stall, found and fixed").
 func (m *RWMutex) unmark(ctx context.Context, intent string, write bool) {
 	lane := laneOf(m.readers.(string))
 	if write {

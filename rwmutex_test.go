@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -533,9 +535,21 @@ func TestRWMutexUnmarkFollowsTheAttempt(t *testing.T) {
 	c := newCluster(t, 3)
 	writer, readers, intent := redlock.RWNames("follow")
 	waiting, _ := redlock.RWQueueNames("follow")
-	// Node 2 refuses readers: a writer waits there (its intent mark).
+	// Node 2 refuses readers: a writer waits there (its intent mark). Its
+	// script cache holds the reader's scripts, as a node's does in steady
+	// state: a script resent by EVAL after NOSCRIPT enters the pipe late
+	// (docs/rwlock.md).
 	c.nodes[2].Set(intent, "a-writer")
 	c.nodes[2].SetTTL(intent, time.Minute)
+	conn, err := redis.Dial("tcp", c.nodes[2].Addr())
+	require.NoError(t, err)
+	for _, name := range []string{"rw_rlock.lua", "rw_unwait.lua"} {
+		src, err := os.ReadFile("scripts/" + name)
+		require.NoError(t, err)
+		_, err = conn.Do("SCRIPT", "LOAD", src)
+		require.NoError(t, err)
+	}
+	conn.Close()
 	slow := &holdPool{Pool: c.pools[2], gate: make(chan struct{}), hold: func(cmds []driver.Command) bool {
 		for _, cmd := range cmds { // the reader's attempt names the writer key and the readers set
 			if len(cmd.Args) > 3 && cmd.Args[2] == writer && cmd.Args[3] == readers {
