@@ -310,6 +310,18 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 	})
 }
 
+// lockName is the key a writer's or a reader's Lock is on, and so the
+// lane of its attempts, their undo and its unmark. A writer's Lock is the
+// mutex's on the writer key: Extend and Unlock use the mutex's scripts
+// there. A reader's is on the readers set, with the reader scripts
+// (rwReaderOps).
+func (m *RWMutex) lockName(write bool) string {
+	if write {
+		return m.writer.(string)
+	}
+	return m.readers.(string)
+}
+
 // acquire is one attempt: the algorithm's steps 1 to 4 with the read-write
 // scripts. A writer's attempt leaves the intent mark for mark (none if 0)
 // on each node that refuses it.
@@ -319,14 +331,8 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	if err != nil {
 		return nil, 0, err
 	}
-	// A writer's Lock is the mutex's on the writer key: Extend and Unlock
-	// use the mutex's scripts there. A reader's is on the readers set, with
-	// the reader scripts (rwReaderOps).
-	name := m.writer
-	if !write {
-		name = m.readers
-	}
-	l := &Lock{client: c, key: m.key, token: token, args: newCmdArgs(name.(string), token, ttl, c.channel)}
+	name := m.lockName(write)
+	l := &Lock{client: c, key: m.key, token: token, args: newCmdArgs(name, token, ttl, c.channel)}
 	args := &l.args
 	// The nodes whose script was resent by EVAL after NOSCRIPT; see
 	// rwScript. Kept apart from args.fellBack, which Lock.overtakenAt reads
@@ -343,7 +349,7 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		if c.fencing {
 			fenced = "1"
 		}
-		args.fenceKey = fenceKeyWith(c.fencePrefix, name.(string)) // declared always, read with fencing
+		args.fenceKey = fenceKeyWith(c.fencePrefix, name) // declared always, read with fencing
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			return n.rwScript(ctx, deadline, l, fellBack, &rwLockScript, "write lock", &l.highest,
 				m.writer, m.readers, m.intent, args.fenceKey, m.entitled, args.token, args.ttl, intent, markMs, fenced)
@@ -438,10 +444,7 @@ func (m *RWMutex) fence(ctx context.Context, l *Lock, release nodeOp, until time
 // pipe again), can still come after the unmark; what it leaves lapses at
 // its ttl (docs/rwlock.md, "A stall, found and fixed").
 func (m *RWMutex) unmark(ctx context.Context, intent string, write bool) {
-	lane := laneOf(m.readers.(string))
-	if write {
-		lane = laneOf(m.writer.(string))
-	}
+	lane := laneOf(m.lockName(write))
 	m.client.fanout(context.WithoutCancel(ctx), round{
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			var err error
