@@ -55,6 +55,11 @@ type attemptInfo struct {
 	id    uint64
 	woken bool
 	pause time.Duration
+
+	// holder, if set, asks a contended attempt for the token that refused
+	// it on a quorum ("" if none did, or the primitive cannot tell): the
+	// loop's evidence of a hand-over, which the cap does not count.
+	holder *string
 }
 
 // ErrClosed reports a call on a Client that Close has closed, or a call
@@ -92,7 +97,11 @@ func (c *Client) closedErr() error {
 //     and in one pause each starts at least rtt×2^k
 //     after the one before (k the woken attempts so far in the pause), so
 //     that announcements that are not ours (forged, or from another
-//     database) add at most 1+log2(pause/rtt) attempts per pause;
+//     database) add at most 1+log2(pause/rtt) attempts per pause; k does
+//     not count a woken attempt that lost to a new holder on a quorum
+//     (attemptInfo.holder), which only a real hand-over makes, so that a
+//     pause holds at most 1+log2(pause/rtt)+h woken attempts, h the
+//     hand-overs of the key during it;
 //   - a failure that is not contention (a token that cannot be made, or so
 //     many nodes refusing the command itself that no quorum is possible)
 //     ends it at once;
@@ -120,6 +129,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		gapEnd  time.Time     // no woken attempt starts before this (the cap)
 		waiting time.Time     // when the first attempt was sent
 		last    error         // the last attempt's error
+		holder  string        // the last token seen holding the key on a quorum
 	)
 	defer func() {
 		if wt != nil {
@@ -146,6 +156,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		info := attemptInfo{id: id, woken: woken}
 		if wt != nil {
 			wt.arm()
+			info.holder = new(string) // contended: learn who holds the key
 		}
 		if woken {
 			info.pause = time.Until(next)
@@ -192,6 +203,16 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			return giveUp(label, fmt.Errorf("%w (not retried: %d of %d nodes refuse the command itself, so no quorum of %d is possible)",
 				err, n, len(c.nodes), need))
 		}
+		// A hand-over: a quorum refused this attempt for another holder
+		// than the last one seen, so the key changed hands in between.
+		var refused string // the token that refused this attempt on a quorum
+		if info.holder != nil {
+			refused = *info.holder
+		}
+		handedOver := refused != "" && holder != "" && refused != holder
+		if refused != "" {
+			holder = refused
+		}
 		switch {
 		case !woken:
 			next = time.Now().Add(delay)
@@ -210,9 +231,13 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		}
 		if woken {
 			// The cap: the next woken attempt of this pause waits twice as
-			// long as the last one did after the attempt before it.
-			inPause++
-			gapEnd = sent.Add(max(rtt, time.Microsecond) << min(inPause, 30))
+			// long as the last one did after the attempt before it, unless
+			// this one lost to a new holder: then the announcement that
+			// woke it was a real release, and the gap stays as it was.
+			if !handedOver {
+				inPause++
+			}
+			gapEnd = sent.Add(max(rtt, time.Microsecond) << min(max(inPause, 1), 30))
 			if c.obs != nil {
 				c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: label, Woken: true, Delay: time.Until(next),
 					Held: bits.OnesCount64(held), Err: err})

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -579,6 +580,73 @@ func TestRealWakeUpFloodIsCapped(t *testing.T) {
 	}
 	if woken == 0 {
 		t.Error("no woken attempt: the flood reached no waiter")
+	}
+}
+
+// The cap does not count a woken attempt that lost to a new holder: the
+// announcement that woke it was a real release. A waiter woken after each
+// hand-over (the key changes holder on every node, then announces) makes
+// an attempt after each one; if the holder changes on one node of three
+// only, the same announcements are capped as a flood is.
+func TestRealWakeUpCapSparesHandOvers(t *testing.T) {
+	const handOvers = 50
+	for _, tc := range []struct {
+		name    string
+		changed int // nodes where the holder changes
+	}{
+		{"every node", 3},
+		{"one node", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := realNodes(t, 3)
+			const key = "wake:handover"
+			conns := make([]redis.Conn, len(addrs))
+			for i, a := range addrs {
+				conns[i] = realConn(t, a)
+				if _, err := conns[i].Do("SET", key, "h0", "PX", 60000); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var ev wakeEvents
+			waiter := realClient(t, addrs, redlock.WithTries(2),
+				redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)), redlock.WithObserver(&ev))
+			t.Cleanup(func() { waiter.Close() })
+			lctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := waiter.Lock(lctx, key, time.Minute)
+				done <- err
+			}()
+			defer func() { cancel(); <-done }()
+			awaitWaiting(t, waiter, key, 1, len(addrs))
+			for i := 1; i <= handOvers; i++ {
+				for j, conn := range conns {
+					if j < tc.changed {
+						if _, err := conn.Do("SET", key, fmt.Sprint("h", i), "PX", 60000); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if _, err := conn.Do("PUBLISH", redlock.ReleaseChannel, key); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// The next hand-over once this one's woken attempt has
+				// lost, or 100ms (the cap holds it back).
+				for end := time.Now().Add(100 * time.Millisecond); ev.wokenLost.Load() < int64(i) && time.Now().Before(end); {
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			woken := ev.woken.Load()
+			t.Logf("%d hand-overs on %d of 3 nodes: %d woken attempts", handOvers, tc.changed, woken)
+			switch {
+			case tc.changed == 3 && woken < handOvers-5:
+				t.Errorf("%d woken attempts after %d hand-overs, want one after each: the cap counted hand-overs", woken, handOvers)
+			case tc.changed == 1 && woken > 20:
+				t.Errorf("%d woken attempts after %d announcements with the holder unchanged on a quorum, want at most 20", woken, handOvers)
+			case woken == 0:
+				t.Error("no woken attempt: the announcements reached no waiter")
+			}
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -180,6 +181,47 @@ type cmdArgs struct {
 	// The acquisition's SET as an asyncOp (setNXAsync), and its arguments.
 	setOp   asyncOp
 	setArgs [5]any
+
+	// With refused set (a contended attempt's: acquireLoop's cap), the
+	// acquisition's SET asks each node for the key's holder (SET ... GET),
+	// and refused collects the tokens of the nodes that refused it.
+	refused *refusals
+}
+
+// refusals are the holders' tokens that refused an acquisition's SET, one
+// per refusing node, in the order they came; safe for concurrent use.
+type refusals struct {
+	mu     sync.Mutex
+	tokens []string
+}
+
+func (r *refusals) add(token string) {
+	r.mu.Lock()
+	r.tokens = append(r.tokens, token)
+	r.mu.Unlock()
+}
+
+// holder returns the token that refused on at least need nodes among the
+// refusals in so far: the key's holder on a quorum. It returns "" if no
+// token did.
+func (r *refusals) holder(need int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, t := range r.tokens {
+		if len(r.tokens)-i < need {
+			break
+		}
+		count := 0
+		for _, u := range r.tokens[i:] {
+			if u == t {
+				count++
+			}
+		}
+		if count >= need {
+			return t
+		}
+	}
+	return ""
 }
 
 func newCmdArgs(key, token string, ttl time.Duration, channel any) cmdArgs {
@@ -194,12 +236,38 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 		reply any
 		err   error
 	)
-	if n.acks > 0 {
+	switch {
+	case n.acks > 0:
 		reply, err = n.acked(ctx, deadline, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
-	} else {
+	case a.refused != nil:
+		reply, err = n.send(ctx, deadline, a.lane, &a.unsent, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl, "GET")
+		return n.setGetReply(reply, err, deadline, a)
+	default:
 		reply, err = n.send(ctx, deadline, a.lane, &a.unsent, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
 	}
 	return n.setReply(reply, err, deadline)
+}
+
+// setGetReply reads a node's reply to SET key token NX PX ttl GET (Redis
+// 7.0 and later): a null reply if the key was absent and is now set, the
+// holder's token if it was not. A refusal's token other than a's own is
+// kept in a.refused (set); a's own is a SET that the driver sent twice,
+// and names no other holder.
+func (n *node) setGetReply(reply any, err error, deadline time.Time, a *cmdArgs) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	if reply == nil {
+		return true, nil
+	}
+	token, ok := reply.(string)
+	if !ok {
+		return false, n.fail(fmt.Errorf("redlock: unexpected reply %v to SET NX GET", reply), deadline)
+	}
+	if token != a.token {
+		a.refused.add(token)
+	}
+	return false, nil
 }
 
 // setReply reads a node's reply to SET NX, as setNX does.
@@ -218,6 +286,13 @@ func (n *node) setReply(reply any, err error, deadline time.Time) (bool, error) 
 func (a *cmdArgs) setNXAsync() *asyncOp {
 	a.setArgs = [5]any{a.key, a.token, "NX", "PX", a.ttl}
 	a.setOp = asyncOp{name: "SET", numKeys: 1, args: a.setArgs[:], lane: a.lane, unsent: &a.unsent, read: readSetNX}
+	if a.refused != nil {
+		a.setOp.args = append(a.setArgs[:5:5], "GET")
+		a.setOp.read = func(n *node, reply any, err error, deadline time.Time) (bool, error, bool) {
+			yes, err := n.setGetReply(reply, err, deadline, a)
+			return yes, err, false
+		}
+	}
 	return &a.setOp
 }
 

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,65 @@ func TestSetNXAgreesOnlyOnOK(t *testing.T) {
 		yes, err := n.setNX(context.Background(), time.Now().Add(time.Second), &a)
 		if yes != tc.yes || (err != nil) != tc.failure {
 			t.Errorf("reply %#v: agreed %v, err %v; want agreed %v, failure %v", tc.reply, yes, err, tc.yes, tc.failure)
+		}
+	}
+}
+
+// SET NX GET, a contended attempt's SET, agrees only on a null reply (the
+// key was absent and is now set); a string refuses and names the holder,
+// which is kept unless it is the attempt's own token (a SET the driver
+// sent twice); any other value fails the node.
+func TestSetNXGetAgreesOnlyOnNull(t *testing.T) {
+	for _, tc := range []struct {
+		reply   driver.Reply
+		yes     bool
+		failure bool
+		holder  string
+	}{
+		{driver.Reply{}, true, false, ""},
+		{driver.Reply{Value: "theirs"}, false, false, "theirs"},
+		{driver.Reply{Value: []byte("theirs")}, false, false, "theirs"},
+		{driver.Reply{Value: ""}, false, false, ""},  // an empty value is still a holder's
+		{driver.Reply{Value: "t"}, false, false, ""}, // its own token: no other holder
+		{driver.Reply{Value: int64(1)}, false, true, ""},
+		{driver.Reply{Value: redis.Error("ERR syntax error")}, false, true, ""}, // a server before 7.0
+	} {
+		n := newNode(0, replyPool{tc.reply})
+		a := newCmdArgs("k", "t", time.Second, "")
+		a.refused = new(refusals)
+		yes, err := n.setNX(context.Background(), time.Now().Add(time.Second), &a)
+		if yes != tc.yes || (err != nil) != tc.failure {
+			t.Errorf("reply %#v: agreed %v, err %v; want agreed %v, failure %v", tc.reply, yes, err, tc.yes, tc.failure)
+		}
+		want := []string(nil)
+		if tc.holder != "" || tc.reply.Value == "" {
+			want = []string{tc.holder}
+		}
+		if !slices.Equal(a.refused.tokens, want) {
+			t.Errorf("reply %#v: refusals %q, want %q", tc.reply, a.refused.tokens, want)
+		}
+	}
+}
+
+// The holder on a quorum is a token that refused on need nodes; fewer, or
+// a quorum split among tokens, name none.
+func TestRefusalsHolder(t *testing.T) {
+	for _, tc := range []struct {
+		tokens []string
+		need   int
+		want   string
+	}{
+		{nil, 1, ""},
+		{[]string{"a"}, 1, "a"},
+		{[]string{"a", "a"}, 3, ""},
+		{[]string{"a", "b", "a", "a"}, 3, "a"},
+		{[]string{"b", "a", "a"}, 2, "a"},
+		{[]string{"a", "b", "c"}, 2, ""},
+		{[]string{"b", "b", "a", "a", "a"}, 3, "a"},
+	} {
+		r := refusals{tokens: tc.tokens}
+		if got := r.holder(tc.need); got != tc.want {
+			t.Errorf("holder(%d) of %q = %q, want %q", tc.need, tc.tokens, got, tc.want)
 		}
 	}
 }

@@ -352,8 +352,12 @@ func isNil(v any) bool {
 // attempts do not count as tries, and within one pause each starts at least
 // rtt×2^k after the one before (k woken attempts so far in the pause), so
 // that announcements that are not real releases add at most
-// 1+log2(pause/rtt) attempts per pause. Close ends the wait at once with an
-// error wrapping ErrClosed. It does not retry
+// 1+log2(pause/rtt) attempts per pause. A woken attempt that lost to a new
+// holder (another token than the last it saw holds the key on a majority:
+// the lock changed hands) is not counted in k, so that a waiter is not held
+// back by the hand-overs it lost; without fencing, a contended attempt's
+// SET asks each node for the key's holder (SET ... NX GET) to tell. Close
+// ends the wait at once with an error wrapping ErrClosed. It does not retry
 // failures that are not contention, which would only repeat: a token
 // function that fails, or so many nodes refusing the command itself
 // (NOPERM, NOAUTH, WRONGPASS, READONLY, OOM, WRONGTYPE, CROSSSLOT) that no
@@ -402,7 +406,7 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 	return c.acquireLoop(ctx, &acquisition{
 		key: key, wake: []string{c.keyPrefix + key}, tries: tries,
 		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
-			return c.acquire(ctx, key, ttl, a.id, fencing)
+			return c.acquire(ctx, key, ttl, a.id, fencing, a.holder)
 		},
 	})
 }
@@ -473,8 +477,11 @@ func (c *Client) token() (string, error) {
 
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled. A failed attempt also returns the
-// nodes that agreed to its SET before it let them go (wake.go).
-func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool) (*Lock, uint64, error) {
+// nodes that agreed to its SET before it let them go (wake.go). With holder
+// set and without fencing, its SETs ask the nodes for the key's holder
+// (SET ... GET), and a failed attempt sets *holder to the token that
+// refused it on a quorum, or "" if no token did (acquireLoop's cap).
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool, holder *string) (*Lock, uint64, error) {
 	token, err := c.token()
 	if err != nil {
 		return nil, 0, err
@@ -485,6 +492,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	nodeKey := c.keyPrefix + key
 	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(nodeKey, token, ttl, c.channel)}
 	args := &l.args
+	if holder != nil && !fencing {
+		args.refused = new(refusals)
+	}
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
 	valid := func() bool { return c.clock.Now().Before(until) }
@@ -521,6 +531,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	won, t := c.fanout(ctx, round{op: set, async: async, undo: release, valid: valid, overtaken: l,
 		kind: observe.OpAcquire, key: key, id: id, masks: &args.masks})
 	if !won {
+		if args.refused != nil {
+			*holder = args.refused.holder(c.quorum)
+		}
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)

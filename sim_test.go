@@ -260,14 +260,21 @@ func (n *simNode) exec(cmd string, args []any) (any, error) {
 		return nil, errSimDown
 	}
 	switch cmd {
-	case "SET": // key value NX PX ms
+	case "SET": // key value NX PX ms [GET]
 		if err := n.grow(); err != nil {
 			return nil, err // checked before the command runs, NX or not
 		}
-		if _, held := n.get(str(args[0])); held {
+		get := len(args) > 5 && str(args[5]) == "GET"
+		if v, held := n.get(str(args[0])); held {
+			if get {
+				return v, nil // the holder
+			}
 			return nil, nil
 		}
 		n.setPX(str(args[0]), str(args[1]), num(args[4]))
+		if get {
+			return nil, nil // the key was absent, and is now set
+		}
 		return "OK", nil
 	case "EVALSHA":
 		hash := str(args[0])
@@ -562,7 +569,8 @@ func (p simPool) presume(cmds []driver.Command, replies []driver.Reply) {
 		h := simScriptHash(c)
 		switch {
 		case c.Name == "SET" || h == acquireFencedScript.hash:
-			if !p.proc.announced[p.node].Swap(false) || replies[i].Err != nil || replies[i].Value != nil {
+			get := c.Name == "SET" && len(c.Args) > 5 && str(c.Args[5]) == "GET" // refused: the holder's token
+			if !p.proc.announced[p.node].Swap(false) || replies[i].Err != nil || (replies[i].Value != nil) != get {
 				continue
 			}
 			token := str(c.Args[1])
@@ -570,9 +578,12 @@ func (p simPool) presume(cmds []driver.Command, replies []driver.Reply) {
 				token = str(c.Args[4])
 			}
 			p.proc.presumed.Store(fmt.Sprint(p.node, token), true)
-			if c.Name == "SET" {
+			switch {
+			case get:
+				replies[i].Value = nil
+			case c.Name == "SET":
 				replies[i].Value = "OK"
-			} else {
+			default:
 				replies[i].Value = int64(0)
 			}
 		case h == raiseFenceScript.hash:
