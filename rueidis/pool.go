@@ -110,15 +110,20 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 		return errNoClient
 	}
 	if len(cmds) == 1 {
-		cmd, err := p.build(cmds[0])
+		cmd, err := p.build(cmds[0], true)
 		if err != nil {
 			return err
 		}
 		return storeReply(&replies[0], p.Client.Do(ctx, cmd))
 	}
+	// A client of one master sends the whole batch on the connection that
+	// the first command's slot picks, so the others need no slot: their
+	// keys go as plain arguments, which spares a crc16 per command. A
+	// cluster client routes every command by its own slot.
+	slots := p.Client.Mode() == rueidis.ClientModeCluster
 	built := make([]rueidis.Completed, len(cmds))
 	for i, c := range cmds {
-		cmd, err := p.build(c)
+		cmd, err := p.build(c, i == 0 || slots)
 		if err != nil {
 			return err
 		}
@@ -139,21 +144,22 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 var errReplyCount = errors.New("redlock/rueidis: reply count does not match")
 
 // build makes one rueidis command, each argument appended to the builder
-// as it is converted. The first key goes through Keys: a cluster client
-// routes the command by its slot, and a client of one master spreads
-// keyed commands at random over its PipelineMultiplex connections (a
-// command without a key always takes the first). Further keys go through
-// Args with the other arguments, so the builder never checks that they
-// share the first's slot; the server refuses keys of different slots
-// with CROSSSLOT, which is the answer redlock expects (docs/drivers.md).
-func (p *Pool) build(c driver.Command) (rueidis.Completed, error) {
+// as it is converted. With slot, the first key goes through Keys: a
+// cluster client routes the command by its slot, and a client of one
+// master spreads keyed commands over its PipelineMultiplex connections by
+// it (a command without a slot always takes the first). Further keys, and
+// the first without slot, go through Args with the other arguments, so
+// the builder never checks that they share the first's slot; the server
+// refuses keys of different slots with CROSSSLOT, which is the answer
+// redlock expects (docs/drivers.md).
+func (p *Pool) build(c driver.Command, slot bool) (rueidis.Completed, error) {
 	b := p.Client.B().Arbitrary(c.Name)
 	for i, a := range c.Args {
 		s, err := argString(a)
 		if err != nil {
 			return rueidis.Completed{}, fmt.Errorf("redlock/rueidis: %s argument %d: %w", c.Name, i, err)
 		}
-		if i == c.FirstKey && c.NumKeys > 0 {
+		if slot && i == c.FirstKey && c.NumKeys > 0 {
 			b = b.Keys(s)
 		} else {
 			b = b.Args(s)

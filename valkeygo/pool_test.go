@@ -188,6 +188,53 @@ func TestArguments(t *testing.T) {
 	}
 }
 
+// keyed is a command whose first argument is its one key.
+func keyed(name string, args ...any) driver.Command {
+	return driver.Command{Name: name, Args: args, NumKeys: 1}
+}
+
+// slotClient records the slots of the commands of each DoMulti.
+type slotClient struct {
+	valkey.Client
+	slots [][]uint16
+}
+
+func (c *slotClient) DoMulti(ctx context.Context, cmds ...valkey.Completed) []valkey.ValkeyResult {
+	var s []uint16
+	for i := range cmds {
+		s = append(s, cmds[i].Slot())
+	}
+	c.slots = append(c.slots, s)
+	return c.Client.DoMulti(ctx, cmds...)
+}
+
+// A client of one master sends a batch on the connection that its first
+// command's slot picks: that command has its key's slot, and the others,
+// whose slots go unread, none (no crc16 for them).
+func TestBatchSlots(t *testing.T) {
+	requireRedis(t, false)
+	s := redistest.Start(t)
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	rec := &slotClient{Client: client}
+	p := redlockvalkeygo.NewPool(rec)
+	none := client.B().Ping().Build()
+	noSlot := none.Slot()
+	got := exec(t, p, keyed("SET", "a", "1"), keyed("SET", "b", "2"), keyed("GET", "a"))
+	if got[0].Value != "OK" || got[1].Value != "OK" || got[2].Value != "1" {
+		t.Fatalf("SET a, SET b, GET a: %#v", got)
+	}
+	if len(rec.slots) != 1 || len(rec.slots[0]) != 3 {
+		t.Fatalf("DoMulti calls: %v, want one of three commands", rec.slots)
+	}
+	if sl := rec.slots[0]; sl[0] == noSlot || sl[1] != noSlot || sl[2] != noSlot {
+		t.Errorf("slots %v: want the first command's key slot, then none (%d)", sl, noSlot)
+	}
+}
+
 // faultClient answers through a real client, then replaces the results of
 // the commands from index fail on with err, as a connection that breaks
 // mid-batch does.
@@ -326,6 +373,24 @@ func TestClusterClient(t *testing.T) {
 	slices.Sort(want)
 	if got := p.(driver.Namer).Name(); got != strings.Join(want, ",") {
 		t.Errorf("Name() = %q, want %q", got, strings.Join(want, ","))
+	}
+
+	// A batch over several slots: each command goes to its own slot's
+	// master, so each keeps its slot (valkey-go would follow the MOVED of a
+	// command without one, at the cost of a round trip).
+	cc, err := valkey.NewClient(valkey.ClientOption{InitAddress: rc.Addrs(), DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	rec := &slotClient{Client: cc}
+	none := cc.B().Ping().Build()
+	batch := exec(t, redlockvalkeygo.NewPool(rec), keyed("SET", "a", "1"), keyed("SET", "b", "2"), keyed("SET", "c", "3"), keyed("GET", "b"))
+	if batch[0].Value != "OK" || batch[1].Value != "OK" || batch[2].Value != "OK" || batch[3].Value != "2" {
+		t.Errorf("a batch over three slots on a cluster: %#v", batch)
+	}
+	if len(rec.slots) != 1 || slices.Contains(rec.slots[0], none.Slot()) {
+		t.Errorf("a cluster batch's slots: %v, want each command's key slot", rec.slots)
 	}
 
 	c, err := redlock.New([]redlock.Pool{p}, redlock.WithFencing())
