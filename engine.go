@@ -38,6 +38,9 @@ type acquisition struct {
 	wake  []string // node keys whose release announcements may free it
 	need  int      // nodes an attempt needs; 0: the Client's majority
 	tries int
+	// holders: the attempt can tell the key's holder (attemptInfo.holder);
+	// the mutex's can.
+	holders bool
 
 	// attempt makes one attempt. pause is how long the next timed attempt
 	// is away if this one fails (negative: none follows), so that a
@@ -156,7 +159,9 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		info := attemptInfo{id: id, woken: woken}
 		if wt != nil {
 			wt.arm()
-			info.holder = new(string) // contended: learn who holds the key
+			if a.holders {
+				info.holder = new(string) // contended: learn who holds the key
+			}
 		}
 		if woken {
 			info.pause = time.Until(next)

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -99,6 +100,10 @@ import (
 
 // wires is how many batches a node may have on the wire at once; see above.
 const wires = 2
+
+// errNoReply fails a command whose reply slot the Pool's Exec left unset,
+// against driver.Pool's contract.
+var errNoReply = errors.New("redlock: the Pool's Exec set no reply for the command")
 
 // multiplexWires is wires for a Pool whose driver multiplexes concurrent
 // calls itself (Multiplexer). The same as wires: the second wire is what
@@ -532,9 +537,12 @@ func (wr *wire) exchange(p *pipe, pool Pool, batch []*call) {
 	default:
 		cmds[many] = wr.releaseMany(p, members)
 	}
+	// A slot the Pool leaves as it is fails its command: a null reply is
+	// agreement to SET ... NX GET, so an unanswered slot must not read as
+	// one.
 	replies := wr.replies[:0]
 	for range cmds {
-		replies = append(replies, driver.Reply{})
+		replies = append(replies, driver.Reply{Err: errNoReply})
 	}
 	wr.cmds, wr.replies, wr.members = cmds, replies, members
 	defer func() { // drop the references
@@ -678,7 +686,7 @@ func resend(ctx context.Context, pool Pool, members []*call) {
 	cmds := make([]driver.Command, len(members))
 	replies := make([]driver.Reply, len(members))
 	for i, c := range members {
-		cmds[i] = c.cmd
+		cmds[i], replies[i] = c.cmd, driver.Reply{Err: errNoReply}
 	}
 	err := pool.Exec(ctx, cmds, replies)
 	for i, c := range members {

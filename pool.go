@@ -193,6 +193,23 @@ type cmdArgs struct {
 type refusals struct {
 	mu     sync.Mutex
 	tokens []string
+	// noGet: a node answered SET ... NX GET with a generic error (ERR):
+	// a server before Redis 7.0, which knows no GET with NX.
+	noGet bool
+}
+
+// unsupported records that a node refused SET ... NX GET itself.
+func (r *refusals) unsupported() {
+	r.mu.Lock()
+	r.noGet = true
+	r.mu.Unlock()
+}
+
+// refusedGet reports whether a node refused SET ... NX GET itself.
+func (r *refusals) refusedGet() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.noGet
 }
 
 func (r *refusals) add(token string) {
@@ -252,9 +269,14 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 // 7.0 and later): a null reply if the key was absent and is now set, the
 // holder's token if it was not. A refusal's token other than a's own is
 // kept in a.refused (set); a's own is a SET that the driver sent twice,
-// and names no other holder.
+// and names no other holder. A generic error reply (ERR syntax error,
+// from a server before 7.0) is recorded too, so that the Client sends
+// plain SET NX from then on (acquire).
 func (n *node) setGetReply(reply any, err error, deadline time.Time, a *cmdArgs) (bool, error) {
 	if err != nil {
+		if replyCode(err) == "ERR" { // ERR syntax error: before Redis 7.0
+			a.refused.unsupported()
+		}
 		return false, err
 	}
 	if reply == nil {
@@ -511,7 +533,7 @@ func (n *node) acked(ctx context.Context, deadline time.Time, name string, first
 		{Name: name, Args: append([]any(nil), args...), FirstKey: firstKey, NumKeys: numKeys},
 		{Name: "WAIT", Args: []any{n.acks, wait}},
 	}
-	replies := make([]driver.Reply, 2)
+	replies := []driver.Reply{{Err: errNoReply}, {Err: errNoReply}}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	if err := n.pool.Exec(ctx, cmds, replies); err != nil {

@@ -121,6 +121,83 @@ func TestSetNXGetAgreesOnlyOnNull(t *testing.T) {
 	}
 }
 
+// recordPool answers every command with r and keeps the last batch.
+type recordPool struct {
+	r    driver.Reply
+	last []driver.Command
+}
+
+func (p *recordPool) Exec(_ context.Context, cmds []driver.Command, replies []driver.Reply) error {
+	p.last = nil
+	for _, c := range cmds { // the pipe reuses the arguments afterwards
+		c.Args = slices.Clone(c.Args)
+		p.last = append(p.last, c)
+	}
+	for i := range replies {
+		replies[i] = p.r
+	}
+	return nil
+}
+
+// A contended attempt's SET, on a goroutine (setNX) or in the pipe
+// (setNXAsync), asks for the holder; a first attempt's does not.
+func TestSetNXAsksForTheHolderWhenContended(t *testing.T) {
+	deadline := time.Now().Add(time.Second)
+	for _, contended := range []bool{false, true} {
+		a := newCmdArgs("k", "t", time.Second, "")
+		want := []any{"k", "t", "NX", "PX", int64(1000)}
+		if contended {
+			a.refused = new(refusals)
+			want = append(want, "GET")
+		}
+		p := &recordPool{}
+		n := newNode(0, p)
+		if _, err := n.setNX(context.Background(), deadline, &a); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.last) != 1 || p.last[0].Name != "SET" || !slices.Equal(p.last[0].Args, want) {
+			t.Errorf("contended %v: setNX sent %v, want SET %v", contended, p.last, want)
+		}
+		op := a.setNXAsync()
+		if op.name != "SET" || !slices.Equal(op.args, want) {
+			t.Errorf("contended %v: setNXAsync sends %s %v, want SET %v", contended, op.name, op.args, want)
+		}
+		// The async reader reads the reply as setNX does.
+		yes, err, retry := op.read(n, nil, nil, deadline)
+		if yes != contended || err != nil || retry {
+			t.Errorf("contended %v: a null reply read as %v, %v, %v; want agreement %v", contended, yes, err, retry, contended)
+		}
+		if !contended {
+			continue
+		}
+		yes, err, _ = op.read(n, "theirs", nil, deadline)
+		if yes || err != nil {
+			t.Errorf("a holder's token read as %v, %v; want a refusal", yes, err)
+		}
+		if got := a.refused.holder(1); got != "theirs" {
+			t.Errorf("refusals %q, want the holder's token kept", a.refused.tokens)
+		}
+	}
+}
+
+// lazyPool answers no command and reports no error, against the port's
+// contract.
+type lazyPool struct{}
+
+func (lazyPool) Exec(context.Context, []driver.Command, []driver.Reply) error { return nil }
+
+// A reply slot the Pool leaves unset fails its command: it must not read as
+// the null reply with which SET ... NX GET agrees.
+func TestUnsetReplyIsNoAgreement(t *testing.T) {
+	n := newNode(0, lazyPool{})
+	a := newCmdArgs("k", "t", time.Second, "")
+	a.refused = new(refusals)
+	yes, err := n.setNX(context.Background(), time.Now().Add(time.Second), &a)
+	if yes || err == nil {
+		t.Errorf("SET ... NX GET with no reply set: agreed %v, err %v; want a failure", yes, err)
+	}
+}
+
 // The holder on a quorum is a token that refused on need nodes; fewer, or
 // a quorum split among tokens, name none.
 func TestRefusalsHolder(t *testing.T) {

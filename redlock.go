@@ -49,6 +49,7 @@ type Client struct {
 	newToken           func() (string, error)
 	ownTokens          bool                   // WithTokenFunc: newToken is the caller's
 	lastToken          atomic.Pointer[string] // with ownTokens: the token made last (Client.token)
+	noGet              atomic.Bool            // a node refused SET ... NX GET (before Redis 7.0): contended attempts send plain SET NX
 	fencing            bool
 	replicaAcks        int                // WithReplicaAcks: replicas each write must reach to count
 	obs                observe.Observer   // nil: no events are built
@@ -355,8 +356,9 @@ func isNil(v any) bool {
 // 1+log2(pause/rtt) attempts per pause. A woken attempt that lost to a new
 // holder (another token than the last it saw holds the key on a majority:
 // the lock changed hands) is not counted in k, so that a waiter is not held
-// back by the hand-overs it lost; without fencing, a contended attempt's
-// SET asks each node for the key's holder (SET ... NX GET) to tell. Close
+// back by the hand-overs it lost; to tell, once Lock waits for wake-ups,
+// its SETs ask each node for the key's holder (SET ... NX GET), unless the
+// Client fences or waits for replica acknowledgements. Close
 // ends the wait at once with an error wrapping ErrClosed. It does not retry
 // failures that are not contention, which would only repeat: a token
 // function that fails, or so many nodes refusing the command itself
@@ -404,7 +406,7 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 		return nil, err
 	}
 	return c.acquireLoop(ctx, &acquisition{
-		key: key, wake: []string{c.keyPrefix + key}, tries: tries,
+		key: key, wake: []string{c.keyPrefix + key}, tries: tries, holders: !fencing,
 		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
 			return c.acquire(ctx, key, ttl, a.id, fencing, a.holder)
 		},
@@ -492,7 +494,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	nodeKey := c.keyPrefix + key
 	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(nodeKey, token, ttl, c.channel)}
 	args := &l.args
-	if holder != nil && !fencing {
+	if holder != nil && !fencing && !c.noGet.Load() {
 		args.refused = new(refusals)
 	}
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
@@ -530,6 +532,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	}
 	won, t := c.fanout(ctx, round{op: set, async: async, undo: release, valid: valid, overtaken: l,
 		kind: observe.OpAcquire, key: key, id: id, masks: &args.masks})
+	if args.refused != nil && args.refused.refusedGet() {
+		c.noGet.Store(true) // a node before Redis 7.0: plain SET NX from now on
+	}
 	if !won {
 		if args.refused != nil {
 			*holder = args.refused.holder(c.quorum)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/observe"
 )
 
@@ -227,8 +229,13 @@ func TestWakeLoneWaiterAttemptsAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		at := b.announce(key)
-		if err := <-got; err != nil {
-			t.Fatalf("hand-over %d: %v", i, err)
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("hand-over %d: %v", i, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("hand-over %d: the waiter did not get the key within 30s", i)
 		}
 		woke, ok := b.times.firstAfter(id, at)
 		if !ok {
@@ -354,5 +361,69 @@ func TestWakeLeads(t *testing.T) {
 	}
 	for _, wt := range []*waiter{obs, z, other} {
 		w.unregister(wt)
+	}
+}
+
+// oldServerPool answers SET ... NX GET as a server before Redis 7.0 does,
+// with ERR syntax error, and everything else as its in-memory node.
+type oldServerPool struct {
+	subMemPool
+	gets atomic.Int64 // SET ... GET commands refused
+}
+
+func (p *oldServerPool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
+	for i, c := range cmds {
+		if c.Name == "SET" && len(c.Args) > 5 {
+			p.gets.Add(1)
+			replies[i] = driver.Reply{Err: driver.ReplyError("ERR syntax error")}
+			continue
+		}
+		if err := p.subMemPool.Exec(ctx, cmds[i:i+1], replies[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// On servers that refuse SET ... NX GET (before Redis 7.0), a contended
+// Lock goes back to plain SET NX after the first refusal and gets the key
+// once it is free, rather than failing on every node at every attempt.
+func TestContendedLockOnAServerWithoutSetGet(t *testing.T) {
+	pools := make([]Pool, 3)
+	olds := make([]*oldServerPool, 3)
+	for i := range pools {
+		olds[i] = &oldServerPool{subMemPool: subMemPool{memPool{newSimNode(1)}}}
+		pools[i] = olds[i]
+	}
+	holder, err := New(pools, WithWakeUp(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	waiter, err := New(pools, WithRetryDelay(5*time.Millisecond, 10*time.Millisecond), WithTries(400))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := holder.Lock(ctx, "old", 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := waiter.Lock(ctx, "old", time.Minute)
+	if err != nil {
+		t.Fatalf("contended Lock on servers without SET ... NX GET: %v", err)
+	}
+	defer l.Unlock(ctx)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Lock took %v, want the key soon after its 300ms ttl", took)
+	}
+	gets := int64(0)
+	for _, p := range olds {
+		gets += p.gets.Load()
+	}
+	if gets == 0 || gets > 3 {
+		t.Errorf("%d SET ... GET refused, want one attempt's (1 to 3): then plain SET NX", gets)
 	}
 }
