@@ -101,9 +101,13 @@ import (
 // wires is how many batches a node may have on the wire at once; see above.
 const wires = 2
 
-// errNoReply fails a command whose reply slot the Pool's Exec left unset,
-// against driver.Pool's contract.
+// errNoReply fails a command whose reply the Pool's Exec left unset,
+// against driver.Pool's contract: the core fills each slot with
+// unanswered before Exec (classify).
 var errNoReply = errors.New("redlock: the Pool's Exec set no reply for the command")
+
+// unanswered is the value of a reply slot before the Pool's Exec sets it.
+type unanswered struct{}
 
 // multiplexWires is wires for a Pool whose driver multiplexes concurrent
 // calls itself (Multiplexer). The same as wires: the second wire is what
@@ -537,12 +541,12 @@ func (wr *wire) exchange(p *pipe, pool Pool, batch []*call) {
 	default:
 		cmds[many] = wr.releaseMany(p, members)
 	}
-	// A slot the Pool leaves as it is fails its command: a null reply is
-	// agreement to SET ... NX GET, so an unanswered slot must not read as
-	// one.
+	// A slot the Pool leaves as it is fails its command (classify): a
+	// null reply is agreement to SET ... NX GET, so an unanswered slot
+	// must not read as one.
 	replies := wr.replies[:0]
 	for range cmds {
-		replies = append(replies, driver.Reply{Err: errNoReply})
+		replies = append(replies, driver.Reply{Value: unanswered{}})
 	}
 	wr.cmds, wr.replies, wr.members = cmds, replies, members
 	defer func() { // drop the references
@@ -686,7 +690,7 @@ func resend(ctx context.Context, pool Pool, members []*call) {
 	cmds := make([]driver.Command, len(members))
 	replies := make([]driver.Reply, len(members))
 	for i, c := range members {
-		cmds[i], replies[i] = c.cmd, driver.Reply{Err: errNoReply}
+		cmds[i], replies[i] = c.cmd, driver.Reply{Value: unanswered{}}
 	}
 	err := pool.Exec(ctx, cmds, replies)
 	for i, c := range members {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,11 +28,15 @@ type Pool = driver.Pool
 //   - an error stored as the value (redigo's redis.Error, say): a
 //     ReplyError with its text.
 //   - []byte: the same string; int: int64. Anything else as it is.
+//   - a slot that the Pool's Exec left as the core filled it (unanswered):
+//     errNoReply, so that it cannot read as a null reply.
 func classify(r driver.Reply) (any, error) {
 	if r.Err != nil {
 		return nil, r.Err
 	}
 	switch v := r.Value.(type) {
+	case unanswered:
+		return nil, errNoReply
 	case error:
 		return nil, driver.ReplyError(v.Error())
 	case []byte:
@@ -142,6 +147,9 @@ type node struct {
 	sole bool
 	// acks: WithReplicaAcks, the replicas a vote's write must reach (0: off).
 	acks int64
+	// noGet: the server answered SET ... NX GET with a syntax error
+	// (before Redis 7.0); its contended attempts send plain SET NX.
+	noGet atomic.Bool
 }
 
 func newNode(index int, pool Pool) *node {
@@ -172,7 +180,8 @@ type cmdArgs struct {
 
 	// unsent has a bit for each node whose SET has not yet taken its place
 	// in the node's pipe; fellBack, for each node whose fenced SET had to be
-	// resent by EVAL after NOSCRIPT (acquisitions only; see Lock.overtakenAt).
+	// resent by EVAL after NOSCRIPT, or whose SET ... NX GET had to be resent
+	// as plain SET NX (acquisitions only; see Lock.overtakenAt).
 	unsent, fellBack atomic.Uint64
 
 	// The nodes that answered the operation, and agreed (round.masks).
@@ -193,23 +202,6 @@ type cmdArgs struct {
 type refusals struct {
 	mu     sync.Mutex
 	tokens []string
-	// noGet: a node answered SET ... NX GET with a generic error (ERR):
-	// a server before Redis 7.0, which knows no GET with NX.
-	noGet bool
-}
-
-// unsupported records that a node refused SET ... NX GET itself.
-func (r *refusals) unsupported() {
-	r.mu.Lock()
-	r.noGet = true
-	r.mu.Unlock()
-}
-
-// refusedGet reports whether a node refused SET ... NX GET itself.
-func (r *refusals) refusedGet() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.noGet
 }
 
 func (r *refusals) add(token string) {
@@ -256,9 +248,15 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 	switch {
 	case n.acks > 0:
 		reply, err = n.acked(ctx, deadline, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
-	case a.refused != nil:
+	case a.refused != nil && !n.noGet.Load():
 		reply, err = n.send(ctx, deadline, a.lane, &a.unsent, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl, "GET")
-		return n.setGetReply(reply, err, deadline, a)
+		yes, err := n.setGetReply(reply, err, deadline, a)
+		if err != errNoGet {
+			return yes, err
+		}
+		// The server knows no GET with NX, and stored nothing: plain
+		// SET NX, once (marked in a.fellBack, as a late SET).
+		reply, err = n.send(ctx, deadline, a.lane, nil, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
 	default:
 		reply, err = n.send(ctx, deadline, a.lane, &a.unsent, "SET", 0, 1, a.key, a.token, "NX", "PX", a.ttl)
 	}
@@ -269,13 +267,19 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 // 7.0 and later): a null reply if the key was absent and is now set, the
 // holder's token if it was not. A refusal's token other than a's own is
 // kept in a.refused (set); a's own is a SET that the driver sent twice,
-// and names no other holder. A generic error reply (ERR syntax error,
-// from a server before 7.0) is recorded too, so that the Client sends
-// plain SET NX from then on (acquire).
+// and names no other holder. A syntax error (a server before 7.0, which
+// knows no GET with NX, and stored nothing) marks the node, whose
+// contended attempts send plain SET NX from then on, and returns
+// errNoGet: the caller sends this one again as plain SET NX.
+
 func (n *node) setGetReply(reply any, err error, deadline time.Time, a *cmdArgs) (bool, error) {
 	if err != nil {
-		if replyCode(err) == "ERR" { // ERR syntax error: before Redis 7.0
-			a.refused.unsupported()
+		if refusesGet(err) {
+			n.noGet.Store(true)
+			// The plain SET NX that follows enters the pipe later than
+			// a's unsent bit says: a release may overtake it.
+			a.fellBack.Or(1 << n.index)
+			return false, errNoGet
 		}
 		return false, err
 	}
@@ -303,6 +307,28 @@ func (n *node) setReply(reply any, err error, deadline time.Time) (bool, error) 
 	return true, nil
 }
 
+// errNoGet is setGetReply's answer to a server that knows no GET with NX.
+var errNoGet = errors.New("redlock: SET ... NX GET refused: the server is older than Redis 7.0")
+
+// refusesGet reports whether err is the syntax error with which a server
+// before Redis 7.0 refuses SET ... NX GET (and stores nothing). Other
+// error replies, generic ones included, fail the node as before.
+func refusesGet(err error) bool {
+	var rerr driver.ReplyError
+	for e := err; e != nil; {
+		switch x := e.(type) {
+		case driver.ReplyError:
+			rerr = x
+			e = nil
+		case *NodeError:
+			e = x.Err
+		default:
+			e = nil
+		}
+	}
+	return strings.HasPrefix(strings.ToLower(string(rerr)), "err syntax error")
+}
+
 // setNXAsync is setNX as an asyncOp, for a node without WithReplicaAcks,
 // kept in a (an acquisition's, used once).
 func (a *cmdArgs) setNXAsync() *asyncOp {
@@ -310,9 +336,10 @@ func (a *cmdArgs) setNXAsync() *asyncOp {
 	a.setOp = asyncOp{name: "SET", numKeys: 1, args: a.setArgs[:], lane: a.lane, unsent: &a.unsent, read: readSetNX}
 	if a.refused != nil {
 		a.setOp.args = append(a.setArgs[:5:5], "GET")
+		a.setOp.get = true
 		a.setOp.read = func(n *node, reply any, err error, deadline time.Time) (bool, error, bool) {
 			yes, err := n.setGetReply(reply, err, deadline, a)
-			return yes, err, false
+			return yes, err, err == errNoGet // then setNX, plain, on a goroutine
 		}
 	}
 	return &a.setOp
@@ -332,6 +359,7 @@ type asyncOp struct {
 	name              string
 	firstKey, numKeys int
 	args              []any
+	get               bool // SET ... NX GET: not for a node marked noGet
 	lane              int
 	unsent            *atomic.Uint64
 	read              func(n *node, reply any, err error, deadline time.Time) (yes bool, _ error, retry bool)
@@ -533,7 +561,7 @@ func (n *node) acked(ctx context.Context, deadline time.Time, name string, first
 		{Name: name, Args: append([]any(nil), args...), FirstKey: firstKey, NumKeys: numKeys},
 		{Name: "WAIT", Args: []any{n.acks, wait}},
 	}
-	replies := []driver.Reply{{Err: errNoReply}, {Err: errNoReply}}
+	replies := []driver.Reply{{Value: unanswered{}}, {Value: unanswered{}}}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	if err := n.pool.Exec(ctx, cmds, replies); err != nil {

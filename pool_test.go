@@ -102,7 +102,8 @@ func TestSetNXGetAgreesOnlyOnNull(t *testing.T) {
 		{driver.Reply{Value: ""}, false, false, ""},  // an empty value is still a holder's
 		{driver.Reply{Value: "t"}, false, false, ""}, // its own token: no other holder
 		{driver.Reply{Value: int64(1)}, false, true, ""},
-		{driver.Reply{Value: redis.Error("ERR syntax error")}, false, true, ""}, // a server before 7.0
+		{driver.Reply{Value: redis.Error("ERR syntax error")}, false, true, ""}, // a server before 7.0: plain SET NX, refused the same here
+		{driver.Reply{Value: redis.Error("ERR max number of clients reached")}, false, true, ""},
 	} {
 		n := newNode(0, replyPool{tc.reply})
 		a := newCmdArgs("k", "t", time.Second, "")
@@ -110,6 +111,12 @@ func TestSetNXGetAgreesOnlyOnNull(t *testing.T) {
 		yes, err := n.setNX(context.Background(), time.Now().Add(time.Second), &a)
 		if yes != tc.yes || (err != nil) != tc.failure {
 			t.Errorf("reply %#v: agreed %v, err %v; want agreed %v, failure %v", tc.reply, yes, err, tc.yes, tc.failure)
+		}
+		// Only the syntax error of a server before 7.0 marks the node, and
+		// the SET resent as plain SET NX, which a release may overtake.
+		old := tc.reply.Value == redis.Error("ERR syntax error")
+		if n.noGet.Load() != old || (a.fellBack.Load() != 0) != old {
+			t.Errorf("reply %#v: noGet %v, fellBack %b; want %v", tc.reply, n.noGet.Load(), a.fellBack.Load(), old)
 		}
 		want := []string(nil)
 		if tc.holder != "" || tc.reply.Value == "" {

@@ -255,7 +255,7 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 
 	c.calls.Add(n)
 	for _, nd := range c.nodes {
-		if f.async != nil && nd.acks == 0 {
+		if f.async != nil && nd.acks == 0 && !(f.async.get && nd.noGet.Load()) {
 			nd.submit(f.opCtx, deadline, f.async, f)
 			continue
 		}

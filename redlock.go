@@ -49,7 +49,6 @@ type Client struct {
 	newToken           func() (string, error)
 	ownTokens          bool                   // WithTokenFunc: newToken is the caller's
 	lastToken          atomic.Pointer[string] // with ownTokens: the token made last (Client.token)
-	noGet              atomic.Bool            // a node refused SET ... NX GET (before Redis 7.0): contended attempts send plain SET NX
 	fencing            bool
 	replicaAcks        int                // WithReplicaAcks: replicas each write must reach to count
 	obs                observe.Observer   // nil: no events are built
@@ -494,7 +493,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	nodeKey := c.keyPrefix + key
 	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(nodeKey, token, ttl, c.channel)}
 	args := &l.args
-	if holder != nil && !fencing && !c.noGet.Load() {
+	if holder != nil && !fencing && c.replicaAcks == 0 {
 		args.refused = new(refusals)
 	}
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
@@ -532,9 +531,6 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	}
 	won, t := c.fanout(ctx, round{op: set, async: async, undo: release, valid: valid, overtaken: l,
 		kind: observe.OpAcquire, key: key, id: id, masks: &args.masks})
-	if args.refused != nil && args.refused.refusedGet() {
-		c.noGet.Store(true) // a node before Redis 7.0: plain SET NX from now on
-	}
 	if !won {
 		if args.refused != nil {
 			*holder = args.refused.holder(c.quorum)
@@ -695,8 +691,9 @@ func (l *Lock) letGo() {
 
 // overtakenAt reports whether node's acquiring SET may have reached the node
 // after a release: it was not in the pipe when the lock was let go, or it
-// was resent by EVAL after NOSCRIPT (later than its bit in unsent says) and
-// the lock has been let go.
+// was resent (by EVAL after NOSCRIPT, or as plain SET NX after a refused
+// SET ... NX GET: later than its bit in unsent says) and the lock has been
+// let go.
 func (l *Lock) overtakenAt(node int) bool {
 	bit := uint64(1) << node
 	return l.overtaken.Load()&bit != 0 || (l.args.fellBack.Load()&bit != 0 && l.letGone.Load())

@@ -48,9 +48,10 @@ type Pool interface {
 	// Exec sends cmds to the master, in order, and sets replies[i] to the
 	// reply to cmds[i]; len(replies) == len(cmds) >= 1. It sends them as one
 	// pipeline where it can; the core never asks for a transaction. Every
-	// reply must be set: the core fills replies with an error first, so
-	// that a slot left as it was fails its command rather than reading as
-	// a null reply (which SET ... NX GET answers when it sets the key).
+	// reply must be set, Value or Err: the core fills the slots with a
+	// marker first, so that a slot left as it was fails its command rather
+	// than reading as a null reply (which SET ... NX GET answers when it
+	// sets the key).
 	//
 	// A reply is stored as the server sent it: Reply.Value holds a status or
 	// bulk string (string or []byte), an integer (int64), an array ([]any)
