@@ -103,8 +103,8 @@ func (c *Client) closedErr() error {
 //     database) add at most 1+log2(pause/rtt) attempts per pause; k does
 //     not count a woken attempt that lost to a new holder on a quorum
 //     (attemptInfo.holder), which only a real hand-over makes, so that a
-//     pause holds at most 1+log2(pause/rtt)+h woken attempts, h the
-//     hand-overs of the key during it;
+//     pause holds at most 1+log2(pause/rtt)+h woken attempts, h the new
+//     tokens seen holding the key on a quorum during it;
 //   - a failure that is not contention (a token that cannot be made, or so
 //     many nodes refusing the command itself that no quorum is possible)
 //     ends it at once;

@@ -277,6 +277,18 @@ func (k *kit) basics(t *testing.T) {
 	if held("kit:other", "theirs") != 3 {
 		t.Error("a failed TryLock changed another holder's key")
 	}
+	// A Lock that waits for it: once it waits for wake-ups, its attempts
+	// ask each node for the holder (SET ... NX GET), whose refusal is the
+	// holder's token and whose agreement is a null reply. It gets nothing,
+	// no node fails, and the key stays as it was.
+	waiter := k.client(t, servers, redlock.WithTries(4), redlock.WithRetryDelay(10*time.Millisecond, 20*time.Millisecond))
+	_, err = waiter.Lock(ctx, "kit:other", time.Second)
+	if !errors.Is(err, redlock.ErrNotObtained) || errors.As(err, &ne) {
+		t.Errorf("Lock of another holder's key, four tries: %v, want ErrNotObtained with no node failure", err)
+	}
+	if held("kit:other", "theirs") != 3 {
+		t.Error("a failed Lock changed another holder's key")
+	}
 }
 
 func (k *kit) race(t *testing.T) {
