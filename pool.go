@@ -271,7 +271,6 @@ func (n *node) setNX(ctx context.Context, deadline time.Time, a *cmdArgs) (bool,
 // knows no GET with NX, and stored nothing) marks the node, whose
 // contended attempts send plain SET NX from then on, and returns
 // errNoGet: the caller sends this one again as plain SET NX.
-
 func (n *node) setGetReply(reply any, err error, deadline time.Time, a *cmdArgs) (bool, error) {
 	if err != nil {
 		if refusesGet(err) {
