@@ -50,11 +50,19 @@ func classify(r driver.Reply) (any, error) {
 // replyCode returns the code of an error reply inside err ("NOSCRIPT"), or ""
 // if err holds none.
 func replyCode(err error) string {
+	if rerr, ok := replyErrorIn(err); ok {
+		return rerr.Code()
+	}
+	return ""
+}
+
+// replyErrorIn returns the error reply inside err, if it holds one.
+func replyErrorIn(err error) (driver.ReplyError, bool) {
 	// errors.As would cost an allocation per call, on the hot path.
 	for err != nil {
 		switch e := err.(type) {
 		case driver.ReplyError:
-			return e.Code()
+			return e, true
 		case *NodeError:
 			err = e.Err
 		case interface{ Unwrap() error }:
@@ -62,12 +70,12 @@ func replyCode(err error) string {
 		default:
 			var rerr driver.ReplyError
 			if errors.As(err, &rerr) { // multi-errors and the like
-				return rerr.Code()
+				return rerr, true
 			}
-			return ""
+			return "", false
 		}
 	}
-	return ""
+	return "", false
 }
 
 // The compare-and-set scripts. They act only while the key still holds the
@@ -313,19 +321,8 @@ var errNoGet = errors.New("redlock: SET ... NX GET refused: the server is older 
 // before Redis 7.0 refuses SET ... NX GET (and stores nothing). Other
 // error replies, generic ones included, fail the node as before.
 func refusesGet(err error) bool {
-	var rerr driver.ReplyError
-	for e := err; e != nil; {
-		switch x := e.(type) {
-		case driver.ReplyError:
-			rerr = x
-			e = nil
-		case *NodeError:
-			e = x.Err
-		default:
-			e = nil
-		}
-	}
-	return strings.HasPrefix(strings.ToLower(string(rerr)), "err syntax error")
+	rerr, ok := replyErrorIn(err)
+	return ok && strings.HasPrefix(strings.ToLower(string(rerr)), "err syntax error")
 }
 
 // setNXAsync is setNX as an asyncOp, for a node without WithReplicaAcks,
