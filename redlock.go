@@ -405,7 +405,8 @@ func (c *Client) lock(ctx context.Context, key string, ttl time.Duration, tries 
 		return nil, err
 	}
 	return c.acquireLoop(ctx, &acquisition{
-		key: key, wake: []string{c.keyPrefix + key}, tries: tries, holders: !fencing,
+		key: key, wake: []string{c.keyPrefix + key}, tries: tries,
+		holders: !fencing && c.replicaAcks == 0, // a fenced or acked SET reads no holder
 		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
 			return c.acquire(ctx, key, ttl, a.id, fencing, a.holder)
 		},
@@ -479,9 +480,10 @@ func (c *Client) token() (string, error) {
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled. A failed attempt also returns the
 // nodes that agreed to its SET before it let them go (wake.go). With holder
-// set and without fencing, its SETs ask the nodes for the key's holder
-// (SET ... GET), and a failed attempt sets *holder to the token that
-// refused it on a quorum, or "" if no token did (acquireLoop's cap).
+// set (never with fencing or replica acks: lock), its SETs ask the nodes
+// for the key's holder (SET ... GET), and a failed attempt sets *holder to
+// the token that refused it on a quorum, or "" if no token did
+// (acquireLoop's cap).
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool, holder *string) (*Lock, uint64, error) {
 	token, err := c.token()
 	if err != nil {
@@ -493,7 +495,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	nodeKey := c.keyPrefix + key
 	l := &Lock{client: c, key: key, token: token, args: newCmdArgs(nodeKey, token, ttl, c.channel)}
 	args := &l.args
-	if holder != nil && !fencing && c.replicaAcks == 0 {
+	if holder != nil {
 		args.refused = new(refusals)
 	}
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
