@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/quorumlock/redlock/driver"
-	"github.com/quorumlock/redlock/internal/redistest"
 	redlockrueidis "github.com/quorumlock/redlock/rueidis"
 )
 
@@ -19,12 +16,7 @@ import (
 // wait behind it.
 func TestWaitDoesNotHoldUpOthers(t *testing.T) {
 	requireRedis(t, false)
-	s := redistest.Start(t) // no replicas: WAIT 1 runs out its timeout
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	_, client := startClient(t) // no replicas: WAIT 1 runs out its timeout
 	p := redlockrueidis.NewPool(client)
 	exec(t, p, cmd("PING")) // connected
 

@@ -135,12 +135,7 @@ func checkReply(t *testing.T, got, want driver.Reply) {
 // A RESP3 type that no command of redlock's gets still comes through.
 func TestReplyMappingRESP3Double(t *testing.T) {
 	requireRedis(t, false)
-	s := redistest.Start(t)
-	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	_, client := startClient(t)
 	got := exec(t, redlockvalkeygo.NewPool(client), cmd("EVAL", "redis.setresp(3) return {double=1.5}", int64(0)))[0]
 	if got != (driver.Reply{Value: 1.5}) {
 		t.Errorf("got %#v, want 1.5", got)
@@ -151,12 +146,7 @@ func TestReplyMappingRESP3Double(t *testing.T) {
 // their place; any other type fails the batch before anything is sent.
 func TestArguments(t *testing.T) {
 	requireRedis(t, false)
-	s := redistest.Start(t)
-	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	_, client := startClient(t)
 	p := redlockvalkeygo.NewPool(client)
 
 	set := driver.Command{Name: "SET", Args: []any{[]byte("key"), "v", "PX", int64(60000)}, NumKeys: 1}
@@ -179,13 +169,26 @@ func TestArguments(t *testing.T) {
 	}
 
 	replies := make([]driver.Reply, 2)
-	err = p.Exec(context.Background(), []driver.Command{cmd("SET", "bad", 1.5), cmd("SET", "good", "x")}, replies)
+	err := p.Exec(context.Background(), []driver.Command{cmd("SET", "bad", 1.5), cmd("SET", "good", "x")}, replies)
 	if err == nil || !strings.Contains(err.Error(), "float64") {
 		t.Errorf("Exec with a float64 argument: %v, want an error naming the type", err)
 	}
 	if v := exec(t, p, cmd("EXISTS", "good"))[0].Value; v != int64(0) {
 		t.Errorf("a batch with a bad argument sent some of its commands: EXISTS good = %v", v)
 	}
+}
+
+// startClient starts a server and returns it with a client of it in
+// standalone mode (no client-side cache), closed when t ends.
+func startClient(t *testing.T) (*redistest.Server, valkey.Client) {
+	t.Helper()
+	s := redistest.Start(t)
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return s, client
 }
 
 // keyed is a command whose first argument is its one key.
@@ -213,12 +216,7 @@ func (c *slotClient) DoMulti(ctx context.Context, cmds ...valkey.Completed) []va
 // whose slots go unread, none (no crc16 for them).
 func TestBatchSlots(t *testing.T) {
 	requireRedis(t, false)
-	s := redistest.Start(t)
-	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	_, client := startClient(t)
 	rec := &slotClient{Client: client}
 	p := redlockvalkeygo.NewPool(rec)
 	none := client.B().Ping().Build()
@@ -264,12 +262,7 @@ func (c *faultClient) DoMulti(ctx context.Context, cmds ...valkey.Completed) []v
 // says; error replies do not.
 func TestBatchErrors(t *testing.T) {
 	requireRedis(t, false)
-	s := redistest.Start(t)
-	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	_, client := startClient(t)
 
 	batch := []driver.Command{cmd("SET", "a", "1"), cmd("NOSUCHCOMMAND"), cmd("SET", "b", "2")}
 	for _, fail := range []int{0, 1, 2} {
@@ -323,12 +316,7 @@ func TestHandshakeErrors(t *testing.T) {
 // alone and in a batch.
 func TestExecHonoursDeadline(t *testing.T) {
 	requireRedis(t, false)
-	s := redistest.Start(t)
-	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	s, client := startClient(t)
 	p := redlockvalkeygo.NewPool(client)
 	exec(t, p, cmd("PING")) // connect while the server answers
 	if err := s.Pause(); err != nil {

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
-
 	"github.com/quorumlock/redlock/driver"
-	"github.com/quorumlock/redlock/internal/redistest"
 	redlockvalkeygo "github.com/quorumlock/redlock/valkeygo"
 )
 
@@ -21,12 +18,7 @@ import (
 // wait behind it.
 func TestWaitDoesNotHoldUpOthers(t *testing.T) {
 	requireRedis(t, false)
-	s := redistest.Start(t) // no replicas: WAIT 1 runs out its timeout
-	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	_, client := startClient(t) // no replicas: WAIT 1 runs out its timeout
 	p := redlockvalkeygo.NewPool(client)
 	exec(t, p, cmd("PING")) // connected
 
