@@ -239,7 +239,8 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	// torn down mid-reply when the caller stops waiting: their connections
 	// stay usable, and the undo can follow them. It ends at the deadline, or
 	// once every op has returned and sent its ballot.
-	f.opCtx, f.cancelOps = context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	f.ops.start(ctx, deadline)
+	f.opCtx = &f.ops
 	f.running.Store(int32(n))
 	f.pending = f.pendBuf[:0]
 	f.votes = f.voteBuf[:0]
@@ -367,8 +368,8 @@ type fan struct {
 	deadline time.Time
 	began    time.Time // when the async ops went out, for the Observer
 
-	running   atomic.Int32       // ops not yet returned
-	cancelOps context.CancelFunc // the last op to return ends opCtx
+	running atomic.Int32 // ops not yet returned; the last to return ends ops
+	ops     opsContext   // opCtx's value
 	// The ballots cast are in votes, in order, under mu. ready tells the
 	// vote that they may decide the round: it is woken once or twice per
 	// round rather than once per node. yes and no count the ballots cast,
@@ -504,7 +505,7 @@ func (f *fan) returned(nd *node, yes bool, err error, took time.Duration) (overt
 		}
 	}
 	if f.running.Add(-1) == 0 {
-		f.cancelOps() // after the ballot: see the count in fanout
+		f.ops.end(endCanceled) // after the ballot: see the count in fanout
 		if r.masks != nil {
 			r.masks.settle() // every node has answered
 		}
@@ -621,3 +622,74 @@ func (c *Client) undoLate(ctx context.Context, r round, nd *node) {
 	defer cancel()
 	r.undo(undoCtx, nd, deadline)
 }
+
+// An opsContext is a round's context for its node ops (fan.opCtx): what
+// context.WithDeadline(context.WithoutCancel(ctx), deadline) makes, ctx's
+// values without its cancellation, ending at the deadline or when end is
+// called, but built into the fan. The standard pair cost five allocations
+// a round (the two contexts, the timer, its function and the Done
+// channel), about a sixth of a Lock+Unlock's under load; this costs three,
+// or four if ctx can end.
+//
+// A context derived from it (a driver's context.WithTimeout while it
+// dials, say) is not one the context package knows, so the package
+// watches it with a goroutine of its own until either ends: at most until
+// the round's deadline.
+type opsContext struct {
+	values   context.Context // ctx without its cancellation: Cause is o's, not ctx's
+	deadline time.Time
+	done     chan struct{}
+	ended    atomic.Int32 // why it ended, set once before done is closed: endCanceled or endDeadline
+	timer    *time.Timer  // set before any op starts
+}
+
+const (
+	endCanceled = 1 + iota
+	endDeadline
+)
+
+// start readies o for a round that ends at deadline, before its ops start.
+func (o *opsContext) start(ctx context.Context, deadline time.Time) {
+	o.values, o.deadline, o.done = ctx, deadline, make(chan struct{})
+	if ctx.Done() != nil {
+		// ctx may end; its Cause is not o's. (A ctx that never ends, as
+		// a release round's is, has no cancellation to hide.)
+		o.values = context.WithoutCancel(ctx)
+	}
+	d := time.Until(deadline)
+	if d <= 0 {
+		o.end(endDeadline)
+		return
+	}
+	o.timer = time.AfterFunc(d, o.expire)
+}
+
+func (o *opsContext) expire() { o.end(endDeadline) }
+
+// end ends o for the reason why, unless it has ended already.
+func (o *opsContext) end(why int32) {
+	if o.ended.CompareAndSwap(0, why) {
+		close(o.done)
+		if why != endDeadline {
+			o.timer.Stop()
+		}
+	}
+}
+
+func (o *opsContext) Deadline() (time.Time, bool) { return o.deadline, true }
+func (o *opsContext) Done() <-chan struct{}       { return o.done }
+func (o *opsContext) Value(key any) any           { return o.values.Value(key) }
+
+func (o *opsContext) Err() error {
+	select {
+	case <-o.done:
+	default:
+		return nil
+	}
+	if o.ended.Load() == endDeadline {
+		return context.DeadlineExceeded
+	}
+	return context.Canceled
+}
+
+func (o *opsContext) String() string { return "redlock round context" }

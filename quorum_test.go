@@ -142,3 +142,77 @@ func TestLostRoundCountsEveryNodeOnce(t *testing.T) {
 		})
 	}
 }
+
+// opsContext behaves as context.WithDeadline(context.WithoutCancel(ctx),
+// deadline): the caller's values, not its cancellation nor its cause; Done
+// closed with DeadlineExceeded at the deadline, or with Canceled by end,
+// whichever comes first; Err nil until then.
+func TestOpsContext(t *testing.T) {
+	type key struct{}
+	parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), key{}, "v"))
+	cancel(errors.New("the caller's cause"))
+
+	var o opsContext
+	deadline := time.Now().Add(50 * time.Millisecond)
+	o.start(parent, deadline)
+	if d, ok := o.Deadline(); !ok || !d.Equal(deadline) {
+		t.Errorf("Deadline() = %v, %v; want %v, true", d, ok, deadline)
+	}
+	if v := o.Value(key{}); v != "v" {
+		t.Errorf("Value = %v; want the parent's value", v)
+	}
+	if err := o.Err(); err != nil {
+		t.Fatalf("Err() = %v before the deadline, with the parent cancelled; want nil", err)
+	}
+	select {
+	case <-o.Done():
+		if time.Now().Before(deadline) {
+			t.Errorf("Done closed %v before the deadline", time.Until(deadline))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed 5s after the deadline")
+	}
+	if err := o.Err(); err != context.DeadlineExceeded {
+		t.Errorf("Err() = %v after the deadline; want DeadlineExceeded", err)
+	}
+	if err := context.Cause(&o); err != context.DeadlineExceeded {
+		t.Errorf("Cause = %v; want DeadlineExceeded, not the caller's cause", err)
+	}
+	o.end(endCanceled) // too late: the deadline stays the reason
+	if err := o.Err(); err != context.DeadlineExceeded {
+		t.Errorf("Err() = %v after a late end; want DeadlineExceeded", err)
+	}
+
+	var e opsContext
+	e.start(context.Background(), time.Now().Add(time.Hour))
+	e.end(endCanceled)
+	select {
+	case <-e.Done():
+	default:
+		t.Fatal("Done not closed by end")
+	}
+	if err := e.Err(); err != context.Canceled {
+		t.Errorf("Err() = %v after end; want Canceled", err)
+	}
+	if e.timer.Stop() {
+		t.Error("end left the deadline's timer running")
+	}
+
+	var p opsContext // a deadline already past: ended at once, no timer
+	p.start(context.Background(), time.Now().Add(-time.Millisecond))
+	if err := p.Err(); err != context.DeadlineExceeded {
+		t.Errorf("Err() = %v with the deadline past at start; want DeadlineExceeded", err)
+	}
+
+	// A context derived from it ends with it.
+	var q opsContext
+	q.start(context.Background(), time.Now().Add(time.Hour))
+	child, stop := context.WithTimeout(&q, time.Hour)
+	defer stop()
+	q.end(endCanceled)
+	select {
+	case <-child.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a derived context outlived the round's")
+	}
+}
