@@ -173,6 +173,21 @@ func ratio(ra results, a string, rb results, b, unit string) (float64, bool, str
 	return x / y, true, fmt.Sprintf("%s %.4g against %.4g", unit, x, y)
 }
 
+// worst is the lowest of a's values of unit over b's, paired in the order
+// of the repetitions ("never below 4× in any run"), and how many pairs
+// there were.
+func worst(r results, a, b, unit string) (float64, int) {
+	mine, theirs := r[a][unit], r[b][unit]
+	n := min(len(mine), len(theirs))
+	w := 0.0
+	for i := range n {
+		if q := mine[i] / theirs[i]; i == 0 || q < w {
+			w = q
+		}
+	}
+	return w, n
+}
+
 // inUnits is name's unit over its yardstick unit, both medians of the same
 // benchmark: a hand-over in round trips.
 func inUnits(r results, name, unit, yardstick string) (float64, bool, string) {
@@ -194,16 +209,17 @@ func report(w io.Writer, root, peer results, ceil float64, nodes int) {
 	add("64 goroutines, N=5: ops/s against redsync (p=32)", true, 5, r, ok, d)
 	r, ok, d = ratio(peer, "Sweep/N=5/callers=64/impl=redlock", peer, "Sweep/N=5/callers=64/impl=redsync", "ops/s")
 	add("64 callers, N=5: ops/s against redsync (sweep)", true, 5, r, ok, d)
-	if vs := peer["Parallel/N=5/p=32/impl=redlock"]["ops/s"]; len(vs) > 0 {
-		// "never below 4× in any run": the worst repetition, paired by order.
-		theirs := peer["Parallel/N=5/p=32/impl=redsync"]["ops/s"]
-		worst, n := 0.0, min(len(vs), len(theirs))
-		for i := range n {
-			if q := vs[i] / theirs[i]; i == 0 || q < worst {
-				worst = q
-			}
-		}
-		add("64 goroutines, N=5: worst repetition against redsync", true, 4, worst, n > 0, fmt.Sprintf("%d repetitions, paired in order", n))
+	if w, n := worst(peer, "Parallel/N=5/p=32/impl=redlock", "Parallel/N=5/p=32/impl=redsync", "ops/s"); n > 0 {
+		add("64 goroutines, N=5: worst repetition against redsync", true, 4, w, true, fmt.Sprintf("%d repetitions, paired in order", n))
+	}
+	// The same targets for each adapter, against redsync through its own
+	// adapter for the same client (BenchmarkDrivers).
+	for _, d := range []string{"redigo", "goredis", "rueidis", "valkeygo"} {
+		mine, theirs := "Drivers/driver="+d+"/N=5/p=32/impl=redlock", "Drivers/driver="+d+"/N=5/p=32/impl=redsync"
+		r, ok, detail := ratio(peer, mine, peer, theirs, "ops/s")
+		add(d+" at 64 goroutines: ops/s against redsync on "+d, true, 5, r, ok, detail)
+		w, n := worst(peer, mine, theirs, "ops/s")
+		add(d+" at 64 goroutines: worst repetition", true, 4, w, n > 0, fmt.Sprintf("%d repetitions, paired in order", n))
 	}
 
 	// The ceiling and the 512 callers from the same nodes (BenchmarkCeiling),
