@@ -336,6 +336,7 @@ func (c *Client) closedBetweenRounds(ctx context.Context, l *Lock, release nodeO
 // holder believes it let go. If the round is lost and ctx has ended, ctx's
 // error joins the causes, so that the caller learns both.
 func (c *Client) releaseRound(ctx context.Context, r round) (bool, tally) {
+	r.detached = true
 	won, t := c.fanout(context.WithoutCancel(ctx), r)
 	if err := ctxEnded(ctx); !won && err != nil {
 		t.causes = append(t.causes, err)

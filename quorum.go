@@ -66,6 +66,11 @@ type round struct {
 	// landing after the release leaves no orphan key (a SET whose reply
 	// timed out may still land later: docs/algorithm.md).
 	overtaken overtaker
+
+	// detached says that fanout's ctx is already context.WithoutCancel's
+	// (releaseRound): the ops' context (opsContext) takes its values as
+	// they are, without a second wrapping.
+	detached bool
 }
 
 // nodeMasks records which nodes answered a round, and which of them agreed.
@@ -239,7 +244,7 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	// torn down mid-reply when the caller stops waiting: their connections
 	// stay usable, and the undo can follow them. It ends at the deadline, or
 	// once every op has returned and sent its ballot.
-	f.ops.start(ctx, deadline)
+	f.ops.start(ctx, deadline, r.detached)
 	f.opCtx = &f.ops
 	f.running.Store(int32(n))
 	f.pending = f.pendBuf[:0]
@@ -625,22 +630,25 @@ func (c *Client) undoLate(ctx context.Context, r round, nd *node) {
 
 // An opsContext is a round's context for its node ops (fan.opCtx): what
 // context.WithDeadline(context.WithoutCancel(ctx), deadline) makes, ctx's
-// values without its cancellation, ending at the deadline or when end is
-// called, but built into the fan. The standard pair cost five allocations
-// a round (the two contexts, the timer, its function and the Done
-// channel), about a sixth of a Lock+Unlock's under load; this costs three,
-// or four if ctx can end.
+// values without its cancellation or its Cause, ending at the deadline or
+// when end is called, but built into the fan. The standard pair cost six
+// allocations a round, about a sixth of a Lock+Unlock's under load; this
+// costs three, or four if ctx may carry a cancellation.
 //
-// A context derived from it (a driver's context.WithTimeout while it
-// dials, say) is not one the context package knows, so the package
-// watches it with a goroutine of its own until either ends: at most until
-// the round's deadline.
+// A context derived from it (context.WithDeadline in node.acked, a
+// driver's context.WithTimeout while it dials) registers with AfterFunc,
+// as it would with the standard one, rather than costing a goroutine that
+// watches Done. It holds the whole fan: a driver or Observer that kept it
+// past the call would keep the round's state too.
 type opsContext struct {
 	values   context.Context // ctx without its cancellation: Cause is o's, not ctx's
 	deadline time.Time
 	done     chan struct{}
 	ended    atomic.Int32 // why it ended, set once before done is closed: endCanceled or endDeadline
 	timer    *time.Timer  // set before any op starts
+
+	mu    sync.Mutex // guards after
+	after []*afterFunc
 }
 
 const (
@@ -648,12 +656,19 @@ const (
 	endDeadline
 )
 
+// An afterFunc is a function registered by opsContext.AfterFunc; done is
+// set once, by whoever runs or stops it first.
+type afterFunc struct {
+	f    func()
+	done atomic.Bool
+}
+
 // start readies o for a round that ends at deadline, before its ops start.
-func (o *opsContext) start(ctx context.Context, deadline time.Time) {
+// detached: ctx has no cancellation to hide (context.WithoutCancel's).
+// Neither has context.Background or TODO.
+func (o *opsContext) start(ctx context.Context, deadline time.Time, detached bool) {
 	o.values, o.deadline, o.done = ctx, deadline, make(chan struct{})
-	if ctx.Done() != nil {
-		// ctx may end; its Cause is not o's. (A ctx that never ends, as
-		// a release round's is, has no cancellation to hide.)
+	if !detached && ctx != context.Background() && ctx != context.TODO() {
 		o.values = context.WithoutCancel(ctx)
 	}
 	d := time.Until(deadline)
@@ -666,13 +681,52 @@ func (o *opsContext) start(ctx context.Context, deadline time.Time) {
 
 func (o *opsContext) expire() { o.end(endDeadline) }
 
-// end ends o for the reason why, unless it has ended already.
+// end ends o for the reason why, unless it has ended already, and runs the
+// functions registered with AfterFunc.
 func (o *opsContext) end(why int32) {
-	if o.ended.CompareAndSwap(0, why) {
-		close(o.done)
-		if why != endDeadline {
-			o.timer.Stop()
+	if !o.ended.CompareAndSwap(0, why) {
+		return
+	}
+	close(o.done)
+	if why != endDeadline {
+		o.timer.Stop()
+	}
+	o.mu.Lock()
+	after := o.after
+	o.after = nil
+	o.mu.Unlock()
+	for _, a := range after {
+		if a.done.CompareAndSwap(false, true) {
+			go a.f()
 		}
+	}
+}
+
+// AfterFunc is context.AfterFunc's contract for o: f runs in a goroutine
+// of its own once o has ended (at once if it has), unless stop is called
+// first; stop reports whether it kept f from running. The context package
+// uses it for the contexts derived from o.
+func (o *opsContext) AfterFunc(f func()) (stop func() bool) {
+	a := &afterFunc{f: f}
+	o.mu.Lock()
+	if o.ended.Load() == 0 {
+		o.after = append(o.after, a)
+		o.mu.Unlock()
+	} else {
+		o.mu.Unlock()
+		a.done.Store(true)
+		go f()
+	}
+	return func() bool {
+		if !a.done.CompareAndSwap(false, true) {
+			return false
+		}
+		o.mu.Lock()
+		if i := slices.Index(o.after, a); i >= 0 {
+			o.after = slices.Delete(o.after, i, i+1)
+		}
+		o.mu.Unlock()
+		return true
 	}
 }
 

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -154,7 +155,7 @@ func TestOpsContext(t *testing.T) {
 
 	var o opsContext
 	deadline := time.Now().Add(50 * time.Millisecond)
-	o.start(parent, deadline)
+	o.start(parent, deadline, false)
 	if d, ok := o.Deadline(); !ok || !d.Equal(deadline) {
 		t.Errorf("Deadline() = %v, %v; want %v, true", d, ok, deadline)
 	}
@@ -184,7 +185,7 @@ func TestOpsContext(t *testing.T) {
 	}
 
 	var e opsContext
-	e.start(context.Background(), time.Now().Add(time.Hour))
+	e.start(context.Background(), time.Now().Add(time.Hour), false)
 	e.end(endCanceled)
 	select {
 	case <-e.Done():
@@ -199,20 +200,79 @@ func TestOpsContext(t *testing.T) {
 	}
 
 	var p opsContext // a deadline already past: ended at once, no timer
-	p.start(context.Background(), time.Now().Add(-time.Millisecond))
+	p.start(context.Background(), time.Now().Add(-time.Millisecond), false)
 	if err := p.Err(); err != context.DeadlineExceeded {
 		t.Errorf("Err() = %v with the deadline past at start; want DeadlineExceeded", err)
 	}
 
-	// A context derived from it ends with it.
-	var q opsContext
-	q.start(context.Background(), time.Now().Add(time.Hour))
-	child, stop := context.WithTimeout(&q, time.Hour)
-	defer stop()
-	q.end(endCanceled)
+	// Detached: ctx is taken as it is (a release round's, which is
+	// context.WithoutCancel's already).
+	var r opsContext
+	detached := context.WithoutCancel(parent)
+	r.start(detached, time.Now().Add(time.Hour), true)
+	if r.values != detached {
+		t.Error("a detached ctx was wrapped again")
+	}
+	r.end(endCanceled)
+}
+
+// Contexts derived from an opsContext register with its AfterFunc, as
+// with the standard contexts: no goroutine watches each one, and each ends
+// when the round's context ends. A function registered and stopped before
+// then never runs; one registered after runs at once.
+func TestOpsContextAfterFunc(t *testing.T) {
+	var o opsContext
+	o.start(context.Background(), time.Now().Add(time.Hour), false)
+	const n = 50
+	before := runtime.NumGoroutine()
+	var children []context.Context
+	for range n {
+		child, cancel := context.WithTimeout(&o, time.Hour)
+		defer cancel()
+		children = append(children, child)
+	}
+	if grown := runtime.NumGoroutine() - before; grown > n/5 {
+		t.Errorf("%d derived contexts started %d goroutines", n, grown)
+	}
+	ran := make(chan string, 3)
+	stop := o.AfterFunc(func() { ran <- "stopped" })
+	o.AfterFunc(func() { ran <- "registered" })
+	if !stop() {
+		t.Error("stop before the end reports false")
+	}
+	if stop() {
+		t.Error("a second stop reports true")
+	}
+	o.end(endCanceled)
+	for i, child := range children {
+		select {
+		case <-child.Done():
+			if err := child.Err(); err != context.Canceled {
+				t.Errorf("child %d: Err() = %v, want Canceled, the round's", i, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("child %d outlived the round's context", i)
+		}
+	}
+	late := o.AfterFunc(func() { ran <- "late" })
+	got := map[string]bool{}
+	for range 2 {
+		select {
+		case s := <-ran:
+			got[s] = true
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ran %v; want registered and late", got)
+		}
+	}
+	if !got["registered"] || !got["late"] {
+		t.Errorf("ran %v; want registered and late", got)
+	}
+	if late() {
+		t.Error("stop after the function ran reports true")
+	}
 	select {
-	case <-child.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("a derived context outlived the round's")
+	case s := <-ran:
+		t.Errorf("%s ran too", s)
+	case <-time.After(50 * time.Millisecond):
 	}
 }
