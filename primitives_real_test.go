@@ -729,7 +729,11 @@ func TestRealElectionObserveUnknown(t *testing.T) {
 	for _, s := range servers {
 		addrs = append(addrs, s.Addr)
 	}
-	c := realClient(t, addrs, redlock.WithNodeTimeout(100*time.Millisecond))
+	// A node timeout long enough for the first read on a loaded machine
+	// (it read Unknown once at 100 ms, under -race with the chaos tests
+	// alongside), short enough that the frozen nodes' reads end well
+	// within observeNext's limit.
+	c := realClient(t, addrs, redlock.WithNodeTimeout(500*time.Millisecond))
 	t.Cleanup(func() { _ = c.Close() }) // Observe's subscriptions end
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
