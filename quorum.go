@@ -647,8 +647,9 @@ type opsContext struct {
 	ended    atomic.Int32 // why it ended, set once before done is closed: endCanceled or endDeadline
 	timer    *time.Timer  // set before any op starts
 
-	mu    sync.Mutex // guards after
+	mu    sync.Mutex // guards after and fired
 	after []*afterFunc
+	fired bool // done is closed and after has been run: AfterFunc runs f at once
 }
 
 const (
@@ -693,7 +694,7 @@ func (o *opsContext) end(why int32) {
 	}
 	o.mu.Lock()
 	after := o.after
-	o.after = nil
+	o.after, o.fired = nil, true
 	o.mu.Unlock()
 	for _, a := range after {
 		if a.done.CompareAndSwap(false, true) {
@@ -709,7 +710,7 @@ func (o *opsContext) end(why int32) {
 func (o *opsContext) AfterFunc(f func()) (stop func() bool) {
 	a := &afterFunc{f: f}
 	o.mu.Lock()
-	if o.ended.Load() == 0 {
+	if !o.fired { // ended or not, end will run it, after closing done
 		o.after = append(o.after, a)
 		o.mu.Unlock()
 	} else {

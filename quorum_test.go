@@ -276,3 +276,55 @@ func TestOpsContextAfterFunc(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// A context derived while the round's context ends, from another
+// goroutine, ends with it; its cancellation never runs before Done is
+// closed (the context package panics, "missing cancel error", if it does).
+func TestOpsContextEndWhileDeriving(t *testing.T) {
+	// The moment between end's claim and its closing of Done: a function
+	// registered then waits for end to run it, after Done is closed.
+	var m opsContext
+	m.start(context.Background(), time.Now().Add(time.Hour), false)
+	m.ended.Store(endCanceled)
+	m.AfterFunc(func() {})
+	if len(m.after) != 1 {
+		t.Fatal("AfterFunc ran its function while Done was still open")
+	}
+	m.timer.Stop()
+
+	for range 2000 {
+		var o opsContext
+		o.start(context.Background(), time.Now().Add(time.Hour), false)
+		var wg sync.WaitGroup
+		children := make(chan context.Context, 12)
+		ready := make(chan struct{})
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-ready
+				for range 4 {
+					child, cancel := context.WithCancel(&o)
+					defer cancel()
+					children <- child
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-ready
+			o.end(endCanceled)
+		}()
+		close(ready)
+		wg.Wait()
+		close(children)
+		for child := range children {
+			select {
+			case <-child.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("a context derived as the round's ended outlived it")
+			}
+		}
+	}
+}
