@@ -632,8 +632,8 @@ func (c *Client) undoLate(ctx context.Context, r round, nd *node) {
 // context.WithDeadline(context.WithoutCancel(ctx), deadline) makes, ctx's
 // values without its cancellation or its Cause, ending at the deadline or
 // when end is called, but built into the fan. The standard pair cost six
-// allocations a round, about a sixth of a Lock+Unlock's under load; this
-// costs three, or four if ctx may carry a cancellation.
+// allocations a round, 12 of a Lock+Unlock's 35 at 64 callers; this costs
+// three, or four if ctx may carry a cancellation.
 //
 // A context derived from it (context.WithDeadline in node.acked, a
 // driver's context.WithTimeout while it dials) registers with AfterFunc,
