@@ -384,6 +384,12 @@ func TestRWMutexWriterIntent(t *testing.T) {
 	// A reader that holds; a writer that waits for it.
 	reader, err := rw.TryRLock(ctx, time.Minute)
 	require.NoError(t, err)
+	// Its registration on the last node may still be on its way: a writer
+	// attempt that got there first would take that node, and the
+	// reader's registration be refused, so that the writer's later
+	// attempts win it again and again, leaving no mark there (seen under
+	// -race on a loaded machine).
+	c.settle(t)
 	got := make(chan error, 1)
 	var writer *redlock.Lock
 	go func() {
