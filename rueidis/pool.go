@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	// The driver. In this package rueidis.X is always the driver's: Go never
 	// qualifies a package's own names, so the two cannot clash.
@@ -27,6 +28,16 @@ import (
 type Pool struct {
 	Client rueidis.Client
 	Addr   string
+
+	// The text of the last int64 argument of 100 or more converted: a
+	// lock's ttl comes in every SET, and would cost strconv.FormatInt an
+	// allocation each.
+	lastInt atomic.Pointer[intText]
+}
+
+type intText struct {
+	n int64
+	s string
 }
 
 var (
@@ -155,7 +166,7 @@ var errReplyCount = errors.New("redlock/rueidis: reply count does not match")
 func (p *Pool) build(c driver.Command, slot bool) (rueidis.Completed, error) {
 	b := p.Client.B().Arbitrary(c.Name)
 	for i, a := range c.Args {
-		s, err := argString(a)
+		s, err := p.argString(a)
 		if err != nil {
 			return rueidis.Completed{}, fmt.Errorf("redlock/rueidis: %s argument %d: %w", c.Name, i, err)
 		}
@@ -176,14 +187,22 @@ func (p *Pool) build(c driver.Command, slot bool) (rueidis.Completed, error) {
 
 // argString converts one command argument: a string, []byte or int64, as
 // driver.Command allows, or an int.
-func argString(a any) (string, error) {
+func (p *Pool) argString(a any) (string, error) {
 	switch a := a.(type) {
 	case string:
 		return a, nil
 	case []byte:
 		return string(a), nil
 	case int64:
-		return strconv.FormatInt(a, 10), nil
+		if 0 <= a && a < 100 { // strconv's own, without an allocation
+			return strconv.FormatInt(a, 10), nil
+		}
+		if t := p.lastInt.Load(); t != nil && t.n == a {
+			return t.s, nil
+		}
+		t := &intText{a, strconv.FormatInt(a, 10)}
+		p.lastInt.Store(t)
+		return t.s, nil
 	case int:
 		return strconv.Itoa(a), nil
 	}
@@ -233,7 +252,13 @@ func value(m *rueidis.RedisMessage) (any, error) {
 		text, _ := m.ToString()
 		return nil, driver.ReplyError(text)
 	case m.IsString():
-		return m.ToString()
+		s, err := m.ToString()
+		if s == "OK" {
+			// The constant, which goes into an interface without an
+			// allocation: every SET's reply is OK.
+			return "OK", err
+		}
+		return s, err
 	case m.IsInt64():
 		return m.AsInt64()
 	case m.IsArray():

@@ -166,6 +166,17 @@ func TestArguments(t *testing.T) {
 		t.Errorf("PTTL after SET PX 60000: %#v", got[3])
 	}
 
+	// Integers repeat (a lock's ttl in every SET) and alternate with
+	// others: each goes out as its own text.
+	ints := []any{int64(60000), int64(1), int64(60000), int64(45000), int64(-5), int64(99), int64(100), int64(45000), int64(60000)}
+	echo := driver.Command{Name: "EVAL", Args: append([]any{"return ARGV", int64(0)}, ints...)}
+	want := []any{"60000", "1", "60000", "45000", "-5", "99", "100", "45000", "60000"}
+	for range 2 { // the second time, from what the first left behind
+		if got := exec(t, p, echo)[0].Value; !reflect.DeepEqual(got, want) {
+			t.Errorf("integer arguments: %#v, want %#v", got, want)
+		}
+	}
+
 	replies := make([]driver.Reply, 2)
 	err := p.Exec(context.Background(), []driver.Command{cmd("SET", "bad", 1.5), cmd("SET", "good", "x")}, replies)
 	if err == nil || !strings.Contains(err.Error(), "float64") {
