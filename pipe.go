@@ -556,12 +556,8 @@ func (wr *wire) exchange(p *pipe, pool Pool, batch []*call) {
 		clear(wr.manyArgs)
 	}()
 
-	ctx := last.ctx
-	if d, ok := ctx.Deadline(); !ok || d.After(last.deadline) {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, last.deadline)
-		defer cancel()
-	}
+	ctx, cancel := byDeadline(last.ctx, last.deadline)
+	defer cancel()
 	err := pool.Exec(ctx, cmds, replies)
 	if err == nil && len(members) > 1 {
 		switch r := replies[many]; {
@@ -590,6 +586,18 @@ func (wr *wire) exchange(p *pipe, pool Pool, batch []*call) {
 		}
 	}
 }
+
+// byDeadline returns ctx if it ends by deadline already, and else ctx
+// with that deadline: a context made only when needed, since every round's
+// ops already carry the node deadline (opsContext).
+func byDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && !d.After(deadline) {
+		return ctx, noCancel
+	}
+	return context.WithDeadline(ctx, deadline)
+}
+
+func noCancel() {}
 
 // Combined releases.
 //

@@ -558,11 +558,8 @@ func (n *node) acked(ctx context.Context, deadline time.Time, name string, first
 		{Name: "WAIT", Args: []any{n.acks, wait}},
 	}
 	replies := []driver.Reply{{Value: unanswered{}}, {Value: unanswered{}}}
-	if d, ok := ctx.Deadline(); !ok || d.After(deadline) {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+	ctx, cancel := byDeadline(ctx, deadline)
+	defer cancel()
 	if err := n.pool.Exec(ctx, cmds, replies); err != nil {
 		return nil, n.fail(err, deadline)
 	}
