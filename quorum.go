@@ -245,7 +245,6 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	// stay usable, and the undo can follow them. It ends at the deadline, or
 	// once every op has returned and sent its ballot.
 	f.ops.start(ctx, deadline, r.detached)
-	f.opCtx = &f.ops
 	f.running.Store(int32(n))
 	f.pending = f.pendBuf[:0]
 	f.votes = f.voteBuf[:0]
@@ -262,7 +261,7 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	c.calls.Add(n)
 	for _, nd := range c.nodes {
 		if f.async != nil && nd.acks == 0 && !(f.async.get && nd.noGet.Load()) {
-			nd.submit(f.opCtx, deadline, f.async, f)
+			nd.submit(&f.ops, deadline, f.async, f)
 			continue
 		}
 		go f.run(nd)
@@ -297,9 +296,9 @@ vote:
 		case <-f.ready:
 			// The ballots cast so far may decide the round (fan.returned).
 			take(true)
-		case <-f.opCtx.Done():
+		case <-f.ops.done:
 			// The deadline passed, or every node answered: the last op to
-			// return ends opCtx after sending its ballot. Count what was
+			// return ends ops after sending its ballot. Count what was
 			// sent, then the silent nodes as timed out.
 			take(true)
 			for i := range n {
@@ -369,12 +368,11 @@ type fan struct {
 	r        round
 	async    *asyncOp // r.async, unless a test hook holds node starts
 	ctx      context.Context
-	opCtx    context.Context
 	deadline time.Time
 	began    time.Time // when the async ops went out, for the Observer
 
 	running atomic.Int32 // ops not yet returned; the last to return ends ops
-	ops     opsContext   // opCtx's value
+	ops     opsContext   // the context of its node ops
 	// The ballots cast are in votes, in order, under mu. ready tells the
 	// vote that they may decide the round: it is woken once or twice per
 	// round rather than once per node. yes and no count the ballots cast,
@@ -415,7 +413,7 @@ func (f *fan) run(nd *node) {
 
 // opThen runs the op on nd, then what follows it, waiting for the verdict.
 func (f *fan) opThen(nd *node, began time.Time) {
-	yes, err := f.r.op(f.opCtx, nd, f.deadline)
+	yes, err := f.r.op(&f.ops, nd, f.deadline)
 	var took time.Duration
 	if f.c.obs != nil {
 		took = time.Since(began)
@@ -492,7 +490,7 @@ func (f *fan) returned(nd *node, yes bool, err error, took time.Duration) (overt
 		r.masks.answer(nd.index, yes)
 	}
 	if f.c.obs != nil {
-		f.c.observeNode(f.opCtx, r.id, r.key, r.kind, nd, yes, err, took)
+		f.c.observeNode(&f.ops, r.id, r.key, r.kind, nd, yes, err, took)
 	}
 	f.mu.Lock()
 	f.votes = append(f.votes, ballot{node: nd.index, yes: yes, err: err})
@@ -628,7 +626,7 @@ func (c *Client) undoLate(ctx context.Context, r round, nd *node) {
 	r.undo(undoCtx, nd, deadline)
 }
 
-// An opsContext is a round's context for its node ops (fan.opCtx): what
+// An opsContext is a round's context for its node ops (fan.ops): what
 // context.WithDeadline(context.WithoutCancel(ctx), deadline) makes, ctx's
 // values without its cancellation or its Cause, ending at the deadline or
 // when end is called, but built into the fan. The standard pair cost six
