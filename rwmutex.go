@@ -446,6 +446,7 @@ func (m *RWMutex) fence(ctx context.Context, l *Lock, release nodeOp, until time
 func (m *RWMutex) unmark(ctx context.Context, intent string, write bool) {
 	lane := laneOf(m.lockName(write))
 	m.client.fanout(context.WithoutCancel(ctx), round{
+		detached: true, // ctx is WithoutCancel's already
 		op: func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
 			var err error
 			if write {
