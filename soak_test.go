@@ -40,10 +40,10 @@ const (
 // and caches have reached their working size) to the end of the run, each
 // time with the load stopped, background node calls settled and the heap
 // collected. In those quiet moments the test binary has two goroutines and
-// 2 to 3 MiB of live heap. Part of that grows, boundedly: each pipe keeps
-// up to 256 answered calls for reuse, and the deepest queue a fault storm
-// builds raises that stock for good (heap profiles of a soak show it as the
-// whole growth, 2.2 to 2.8 MiB over three minutes). So the heap may grow by
+// 3 to 6 MiB of live heap. Part of that grows, boundedly: each pipe keeps
+// up to maxFreeCalls answered calls for reuse, and the deepest queue a
+// fault storm builds raises that stock for good (heap profiles of a soak
+// show it as the whole growth). So the heap may grow by
 // soakHeapSlack plus soakCallBytes for each call the pipes added to their
 // stock. A goroutine leaked per lock cycle would cross the first threshold
 // within a second; a Lock (some 400 bytes with its arguments) kept per
