@@ -68,6 +68,22 @@ import (
 // processors are busy (inline.go). One or two callers rarely make a batch
 // of three, and then yield nothing either.
 //
+// One wire under load, for a driver that multiplexes (driver.Multiplexer:
+// rueidis, valkey-go): once a batch of more than crowd+1 commands has
+// gone out, a command does not open an idle wire beside a busy one, even
+// one that carries a single command; it queues for the busy wire's next
+// batch (pipe.hold). holdBatches batches of one or two commands in a row
+// end the hold. Under load such a node's batches included single
+// commands in pairs: one out alone on the idle node, the next beside it
+// on the other wire. Held, the second waits and goes with those queued
+// after it, and throughput through rueidis rose by about 1.04× at 64 and
+// 128 goroutines (docs/benchmarks.md, issue 22, seventh step). One or two
+// callers rarely make a batch of three, and four small batches after one
+// they have a wire each again. The hold counts batches, not time: after a
+// burst and a quiet spell, the next callers share one wire for up to
+// holdBatches batches. A driver that does not multiplex keeps both wires
+// open as before: the hold has not been measured there.
+//
 // Order: commands on one key keep their order on the node. A key hashes to
 // one of 64 lanes (laneOf); each busy wire records the lanes of its batch,
 // and a command whose lane is on another wire's batch neither goes out
@@ -88,7 +104,11 @@ import (
 //     therefore waits at most for the batch ahead of it and then its own,
 //     each bounded by deadlines set at most one node timeout earlier, as
 //     long as the Pool returns by its context's deadline. If it does not,
-//     fanout has stopped waiting anyway; only the wire stays busy.
+//     fanout has stopped waiting anyway, but the wire stays busy, and
+//     commands that queue behind it (as they do beside a batch of two or
+//     more, or under a Multiplexer's hold) stay queued until Exec returns:
+//     the node stalls for this Client. Each caller still returns by its
+//     own deadline.
 //   - On a Client's sole inline node (inline.go), no fanout stops waiting
 //     for the caller, so a queued command keeps its own deadline itself:
 //     at that deadline it leaves the queue unsent, or, if a batch that
@@ -112,8 +132,9 @@ type unanswered struct{}
 // multiplexWires is wires for a Pool whose driver multiplexes concurrent
 // calls itself (Multiplexer). The same as wires: the second wire is what
 // keeps two callers from waiting for each other, and the driver merges
-// the two batches' writes anyway. (Before wires opened only when busy, a
-// Multiplexer got 2 of 16 fixed lanes.)
+// the two batches' writes anyway; under load the hold keeps such a pipe
+// to one (see "One wire under load"). (Before wires opened only when
+// busy, a Multiplexer got 2 of 16 fixed lanes.)
 const multiplexWires = 2
 
 // lanes is how many order classes keys hash to (laneOf): a bit each in a
@@ -237,7 +258,19 @@ type pipe struct {
 	combine     bool
 	manyCached  atomic.Bool
 	manyRefused atomic.Bool
+
+	// holdWires: the Pool multiplexes (driver.Multiplexer), and a busy
+	// wire keeps the others closed under load: while hold > 0, a command
+	// does not go out alone on an idle wire beside a busy one. A batch of
+	// more than crowd+1 commands sets hold to holdBatches; every smaller
+	// batch counts it down.
+	holdWires bool
+	hold      int
 }
+
+// holdBatches is how many small batches in a row end a Multiplexer's
+// hold; see pipe.hold.
+const holdBatches = 4
 
 // A wire carries one batch at a time.
 type wire struct {
@@ -310,6 +343,7 @@ func (p *pipe) enter(c *call) int {
 		if w := p.idleWire(c.lane); w >= 0 {
 			p.wires[w].busy, p.wires[w].lanes, p.wires[w].size = true, c.lane, 1
 			c.alone[0] = c
+			p.sized(1)
 			return w
 		}
 	}
@@ -325,7 +359,7 @@ func (p *pipe) idleWire(lane uint64) int {
 	for i := range max(p.n, 1) {
 		w := &p.wires[i]
 		if w.busy {
-			if w.lanes&lane != 0 || w.size > crowd {
+			if w.lanes&lane != 0 || w.size > crowd || p.hold > 0 {
 				return -1
 			}
 		} else if idle < 0 {
@@ -414,6 +448,7 @@ func (p *pipe) run(pool Pool, w int, batch []*call, self *call, queued, runner b
 			p.mu.Unlock()
 			return
 		}
+		p.sized(len(next))
 
 		// A waiting call leads, the one that may wait longest: its context
 		// bounds its wait. Chosen under p.mu, so that a call leaving at its
@@ -437,6 +472,18 @@ func (p *pipe) run(pool Pool, w int, batch []*call, self *call, queued, runner b
 			return
 		}
 		batch, self, queued = next, nil, true
+	}
+}
+
+// sized counts a batch of n commands toward a Multiplexer's hold. Called
+// with p.mu held.
+func (p *pipe) sized(n int) {
+	switch {
+	case !p.holdWires:
+	case n > crowd+1:
+		p.hold = holdBatches
+	case p.hold > 0:
+		p.hold--
 	}
 }
 

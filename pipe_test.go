@@ -372,6 +372,82 @@ func TestPipeWiresOpenWhenBusy(t *testing.T) {
 	pool.none(t)
 }
 
+// muxGatePool is a gatePool whose driver multiplexes (driver.Multiplexer).
+type muxGatePool struct{ *gatePool }
+
+func (muxGatePool) Multiplexes() bool { return true }
+
+// A Multiplexer's pipe keeps to one wire under load: after a batch of
+// three, a command that finds one wire carrying a single command and the
+// other idle queues behind it rather than opening the idle one, for
+// holdBatches small batches; then the idle wire opens beside a single
+// command again, as it does for two callers from the start.
+func TestPipeMultiplexerHoldsWiresUnderLoad(t *testing.T) {
+	ks := keysInLanes(8 + holdBatches)
+	gp := newGatePool()
+	n := newNode(0, muxGatePool{gp})
+	if n.pipe.n != 2 || !n.pipe.holdWires {
+		t.Fatalf("a Multiplexer's node: %d wires, hold %v; want 2 and true", n.pipe.n, n.pipe.holdWires)
+	}
+	answer := func(b gatedBatch, errs ...<-chan error) {
+		t.Helper()
+		close(b.gate)
+		for _, done := range errs {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// Two callers: the second goes out beside the first.
+	a := sendAsync(n, ks[0])
+	first := gp.next(t)
+	b := sendAsync(n, ks[1])
+	second := gp.next(t)
+	// Three more queue, and go out together once the first is answered.
+	var three []<-chan error
+	for i, k := range ks[2:5] {
+		three = append(three, sendAsync(n, k))
+		waitQueued(t, n, i+1)
+	}
+	answer(first, a)
+	large := gp.next(t)
+	if !slices.Equal(large.keys, ks[2:5]) {
+		t.Fatalf("batch %v, want %v", large.keys, ks[2:5])
+	}
+	answer(second, b)
+	answer(large, three...)
+
+	// Under load: a single command out alone, the next queues behind it,
+	// and so on, until holdBatches small batches have gone.
+	k := 5
+	prev, prevDone := gatedBatch{}, (<-chan error)(nil)
+	cur := sendAsync(n, ks[k])
+	batch := gp.next(t)
+	for range holdBatches - 1 {
+		k++
+		prev, prevDone = batch, cur
+		cur = sendAsync(n, ks[k])
+		waitQueued(t, n, 1)
+		gp.none(t)
+		answer(prev, prevDone)
+		batch = gp.next(t)
+		if !slices.Equal(batch.keys, ks[k:k+1]) {
+			t.Fatalf("batch %v, want [%s]", batch.keys, ks[k])
+		}
+	}
+	// The hold has run out: the idle wire opens beside the single command.
+	k++
+	last := sendAsync(n, ks[k])
+	beside := gp.next(t)
+	if !slices.Equal(beside.keys, ks[k:k+1]) {
+		t.Fatalf("batch %v, want [%s] beside the one still on the wire", beside.keys, ks[k])
+	}
+	answer(batch, cur)
+	answer(beside, last)
+	gp.none(t)
+}
+
 // A runner that carried a batch of three or more yields once it has
 // answered them, before it takes the queue: the callers its answers woke
 // send their next commands meanwhile, and those go out together in the

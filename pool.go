@@ -173,7 +173,7 @@ func newNode(index int, pool Pool) *node {
 		n.pipe.combine = s.SingleServer()
 	}
 	if m, ok := pool.(driver.Multiplexer); ok && m.Multiplexes() {
-		n.pipe.n = multiplexWires
+		n.pipe.n, n.pipe.holdWires = multiplexWires, true
 	}
 	return n
 }
