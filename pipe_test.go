@@ -448,6 +448,69 @@ func TestPipeMultiplexerHoldsWiresUnderLoad(t *testing.T) {
 	gp.none(t)
 }
 
+// The hold starts only on a Multiplexer's node, and only after a batch of
+// three or more: after a batch of two there, or of three on a plain
+// Pool's node, the idle wire still opens beside a single command.
+func TestPipeHoldNeedsAMultiplexerAndABatchOfThree(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mux   bool
+		batch int
+	}{{"multiplexer, batch of two", true, 2}, {"plain pool, batch of three", false, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ks := keysInLanes(4 + tc.batch)
+			gp := newGatePool()
+			var pool Pool = gp
+			if tc.mux {
+				pool = muxGatePool{gp}
+			}
+			n := newNode(0, pool)
+			// Both wires busy with a command each, tc.batch queued behind
+			// them, then sent as one batch.
+			a := sendAsync(n, ks[0])
+			first := gp.next(t)
+			b := sendAsync(n, ks[1])
+			second := gp.next(t)
+			var queued []<-chan error
+			for i, k := range ks[2 : 2+tc.batch] {
+				queued = append(queued, sendAsync(n, k))
+				waitQueued(t, n, i+1)
+			}
+			close(first.gate)
+			if err := <-a; err != nil {
+				t.Fatal(err)
+			}
+			batch := gp.next(t)
+			if len(batch.keys) != tc.batch {
+				t.Fatalf("batch %v, want %d commands", batch.keys, tc.batch)
+			}
+			close(second.gate)
+			close(batch.gate)
+			for _, done := range append(queued, b) {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A single command, and the next beside it.
+			k := 2 + tc.batch
+			c := sendAsync(n, ks[k])
+			one := gp.next(t)
+			d := sendAsync(n, ks[k+1])
+			beside := gp.next(t)
+			if !slices.Equal(beside.keys, ks[k+1:k+2]) {
+				t.Fatalf("batch %v, want [%s] beside the one on the wire", beside.keys, ks[k+1])
+			}
+			close(one.gate)
+			close(beside.gate)
+			for _, done := range []<-chan error{c, d} {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // A runner that carried a batch of three or more yields once it has
 // answered them, before it takes the queue: the callers its answers woke
 // send their next commands meanwhile, and those go out together in the
