@@ -166,10 +166,10 @@ type DeadlineHonorer interface {
 // shared connections by itself, as rueidis's and valkey-go's auto-pipelining
 // do. Multiplexes reports whether it does, for this Pool's client.
 //
-// The core may then give the node's pipe a different number of wires, the
-// batches it keeps in flight at once (today the same two as for any Pool:
-// a second wire keeps two callers from waiting for each other, and more
-// would only cut the batches smaller). Through a driver that already merges
+// The core may then keep the node's batches in flight differently (today
+// the same two wires as for any Pool, so that two callers do not wait for
+// each other, but under load, once batches of three or more go out, one:
+// pipe.go, "One wire under load"). Through a driver that already merges
 // every caller's commands into shared writes, each batch costs a hand-off
 // through the driver's queue and a wake-up, so fewer batches are cheaper
 // (docs/benchmarks.md).

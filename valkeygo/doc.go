@@ -46,7 +46,8 @@
 // order. The core already groups the commands that concurrent callers send
 // to a node into batches, at most two in flight per node (pipe.go in
 // redlock); valkey-go's auto-pipelining then merges the two batches' writes.
-// The Pool is a driver.Multiplexer. When the core still had 16 fixed lanes
+// The Pool is a driver.Multiplexer, for which the core keeps to one batch
+// in flight per node under load (pipe.go, "One wire under load"). When the core still had 16 fixed lanes
 // per node, it gave a Multiplexer 2 of them: larger batches, and fewer
 // hand-offs through valkey-go's queue, which raised Lock+Unlock throughput
 // at 128 goroutines by 1.4 to 1.5×; since the pipe opens its second wire
