@@ -316,11 +316,19 @@ func twoBusyWires(t *testing.T, ks []string) (pool *gatePool, n *node, first, se
 	if n.pipe.n != 2 {
 		t.Skipf("the test is written for 2 wires, not %d", n.pipe.n)
 	}
+	first, second, a, b = busyWires(t, pool, n, ks)
+	return pool, n, first, second, a, b
+}
+
+// busyWires makes n's two wires busy, as twoBusyWires does, for a node on
+// pool (or on a wrapper of it).
+func busyWires(t *testing.T, pool *gatePool, n *node, ks []string) (first, second gatedBatch, a, b <-chan error) {
+	t.Helper()
 	a = sendAsync(n, ks[0])
 	first = pool.next(t)
 	b = sendAsync(n, ks[1])
 	second = pool.next(t) // beside the first, which is still on the wire
-	return pool, n, first, second, a, b
+	return first, second, a, b
 }
 
 // Wires open only when the others are busy: a second caller goes straight
@@ -400,10 +408,7 @@ func TestPipeMultiplexerHoldsWiresUnderLoad(t *testing.T) {
 	}
 
 	// Two callers: the second goes out beside the first.
-	a := sendAsync(n, ks[0])
-	first := gp.next(t)
-	b := sendAsync(n, ks[1])
-	second := gp.next(t)
+	first, second, a, b := busyWires(t, gp, n, ks)
 	// Three more queue, and go out together once the first is answered.
 	var three []<-chan error
 	for i, k := range ks[2:5] {
@@ -467,10 +472,7 @@ func TestPipeHoldNeedsAMultiplexerAndABatchOfThree(t *testing.T) {
 			n := newNode(0, pool)
 			// Both wires busy with a command each, tc.batch queued behind
 			// them, then sent as one batch.
-			a := sendAsync(n, ks[0])
-			first := gp.next(t)
-			b := sendAsync(n, ks[1])
-			second := gp.next(t)
+			first, second, a, b := busyWires(t, gp, n, ks)
 			var queued []<-chan error
 			for i, k := range ks[2 : 2+tc.batch] {
 				queued = append(queued, sendAsync(n, k))
