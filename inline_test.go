@@ -193,26 +193,3 @@ func (p cancellingPool) Exec(ctx context.Context, cmds []driver.Command, replies
 	p.cancel()
 	return err
 }
-
-// multiplexingPool is a scriptedPool that declares Multiplexer.
-type multiplexingPool struct{ *scriptedPool }
-
-func (multiplexingPool) Multiplexes() bool { return true }
-
-// A Multiplexer's node has multiplexWires wires; any other node has wires.
-func TestMultiplexerWires(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		pool Pool
-		want int
-	}{
-		{"Multiplexer", multiplexingPool{&scriptedPool{}}, multiplexWires},
-		{"plain", &scriptedPool{}, wires},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if n := newNode(0, tc.pool); n.pipe.n != tc.want {
-				t.Errorf("%d wires, want %d", n.pipe.n, tc.want)
-			}
-		})
-	}
-}

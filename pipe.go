@@ -68,21 +68,21 @@ import (
 // processors are busy (inline.go). One or two callers rarely make a batch
 // of three, and then yield nothing either.
 //
-// One wire under load, for a driver that multiplexes (driver.Multiplexer:
-// rueidis, valkey-go): once a batch of more than crowd+1 commands has
+// One wire under load: once a batch of more than crowd+1 commands has
 // gone out, a command does not open an idle wire beside a busy one, even
 // one that carries a single command; it queues for the busy wire's next
 // batch (pipe.hold). holdBatches batches of one or two commands in a row
-// end the hold. Under load such a node's batches included single
-// commands in pairs: one out alone on the idle node, the next beside it
-// on the other wire. Held, the second waits and goes with those queued
-// after it, and throughput through rueidis rose by about 1.04× at 64 and
-// 128 goroutines (docs/benchmarks.md, issue 22, seventh step). One or two
-// callers rarely make a batch of three, and four small batches after one
-// they have a wire each again. The hold counts batches, not time: after a
-// burst and a quiet spell, the next callers share one wire for up to
-// holdBatches batches. A driver that does not multiplex keeps both wires
-// open as before: the hold has not been measured there.
+// end the hold. Under load a node's batches included single commands in
+// pairs: one out alone on the idle node, the next beside it on the other
+// wire. Held, the second waits and goes with those queued after it, and
+// throughput at 64 goroutines rose by about 1.04× through rueidis and
+// valkey-go, whose drivers merge the two wires' writes anyway (seventh
+// step), and by 1.06 to 1.10× through redigo and go-redis, where each
+// batch also borrows a connection of its own (eighth step;
+// docs/benchmarks.md, issue 22). One or two callers rarely make a batch of
+// three, and four small batches after one they have a wire each again.
+// The hold counts batches, not time: after a burst and a quiet spell, the
+// next callers share one wire for up to holdBatches batches.
 //
 // Order: commands on one key keep their order on the node. A key hashes to
 // one of 64 lanes (laneOf); each busy wire records the lanes of its batch,
@@ -106,7 +106,7 @@ import (
 //     long as the Pool returns by its context's deadline. If it does not,
 //     fanout has stopped waiting anyway, but the wire stays busy, and
 //     commands that queue behind it (as they do beside a batch of two or
-//     more, or under a Multiplexer's hold) stay queued until Exec returns:
+//     more, or under the hold) stay queued until Exec returns:
 //     the node stalls for this Client. Each caller still returns by its
 //     own deadline.
 //   - On a Client's sole inline node (inline.go), no fanout stops waiting
@@ -128,14 +128,6 @@ var errNoReply = errors.New("redlock: the Pool's Exec set no reply for the comma
 
 // unanswered is the value of a reply slot before the Pool's Exec sets it.
 type unanswered struct{}
-
-// multiplexWires is wires for a Pool whose driver multiplexes concurrent
-// calls itself (Multiplexer). The same as wires: the second wire is what
-// keeps two callers from waiting for each other, and the driver merges
-// the two batches' writes anyway; under load the hold keeps such a pipe
-// to one (see "One wire under load"). (Before wires opened only when
-// busy, a Multiplexer got 2 of 16 fixed lanes.)
-const multiplexWires = 2
 
 // lanes is how many order classes keys hash to (laneOf): a bit each in a
 // wire's mask. Two keys share a lane with probability 1/lanes, and then a
@@ -259,17 +251,15 @@ type pipe struct {
 	manyCached  atomic.Bool
 	manyRefused atomic.Bool
 
-	// holdWires: the Pool multiplexes (driver.Multiplexer), and a busy
-	// wire keeps the others closed under load: while hold > 0, a command
+	// hold > 0: under load, a busy wire keeps the others closed; a command
 	// does not go out alone on an idle wire beside a busy one. A batch of
 	// more than crowd+1 commands sets hold to holdBatches; every smaller
-	// batch counts it down.
-	holdWires bool
-	hold      int
+	// batch counts it down. See "One wire under load".
+	hold int
 }
 
-// holdBatches is how many small batches in a row end a Multiplexer's
-// hold; see pipe.hold.
+// holdBatches is how many small batches in a row end the hold; see
+// pipe.hold.
 const holdBatches = 4
 
 // A wire carries one batch at a time.
@@ -475,11 +465,10 @@ func (p *pipe) run(pool Pool, w int, batch []*call, self *call, queued, runner b
 	}
 }
 
-// sized counts a batch of n commands toward a Multiplexer's hold. Called
-// with p.mu held.
+// sized counts a batch of n commands toward the hold. Called with p.mu
+// held.
 func (p *pipe) sized(n int) {
 	switch {
-	case !p.holdWires:
 	case n > crowd+1:
 		p.hold = holdBatches
 	case p.hold > 0:

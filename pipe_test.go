@@ -380,22 +380,17 @@ func TestPipeWiresOpenWhenBusy(t *testing.T) {
 	pool.none(t)
 }
 
-// muxGatePool is a gatePool whose driver multiplexes (driver.Multiplexer).
-type muxGatePool struct{ *gatePool }
-
-func (muxGatePool) Multiplexes() bool { return true }
-
-// A Multiplexer's pipe keeps to one wire under load: after a batch of
-// three, a command that finds one wire carrying a single command and the
-// other idle queues behind it rather than opening the idle one, for
-// holdBatches small batches; then the idle wire opens beside a single
-// command again, as it does for two callers from the start.
-func TestPipeMultiplexerHoldsWiresUnderLoad(t *testing.T) {
+// A pipe keeps to one wire under load: after a batch of three, a command
+// that finds one wire carrying a single command and the other idle queues
+// behind it rather than opening the idle one, for holdBatches small
+// batches; then the idle wire opens beside a single command again, as it
+// does for two callers from the start.
+func TestPipeHoldsWiresUnderLoad(t *testing.T) {
 	ks := keysInLanes(8 + holdBatches)
 	gp := newGatePool()
-	n := newNode(0, muxGatePool{gp})
-	if n.pipe.n != 2 || !n.pipe.holdWires {
-		t.Fatalf("a Multiplexer's node: %d wires, hold %v; want 2 and true", n.pipe.n, n.pipe.holdWires)
+	n := newNode(0, gp)
+	if n.pipe.n != 2 {
+		t.Fatalf("a node with %d wires, want 2", n.pipe.n)
 	}
 	answer := func(b gatedBatch, errs ...<-chan error) {
 		t.Helper()
@@ -453,63 +448,49 @@ func TestPipeMultiplexerHoldsWiresUnderLoad(t *testing.T) {
 	gp.none(t)
 }
 
-// The hold starts only on a Multiplexer's node, and only after a batch of
-// three or more: after a batch of two there, or of three on a plain
-// Pool's node, the idle wire still opens beside a single command.
-func TestPipeHoldNeedsAMultiplexerAndABatchOfThree(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		mux   bool
-		batch int
-	}{{"multiplexer, batch of two", true, 2}, {"plain pool, batch of three", false, 3}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ks := keysInLanes(4 + tc.batch)
-			gp := newGatePool()
-			var pool Pool = gp
-			if tc.mux {
-				pool = muxGatePool{gp}
-			}
-			n := newNode(0, pool)
-			// Both wires busy with a command each, tc.batch queued behind
-			// them, then sent as one batch.
-			first, second, a, b := busyWires(t, gp, n, ks)
-			var queued []<-chan error
-			for i, k := range ks[2 : 2+tc.batch] {
-				queued = append(queued, sendAsync(n, k))
-				waitQueued(t, n, i+1)
-			}
-			close(first.gate)
-			if err := <-a; err != nil {
-				t.Fatal(err)
-			}
-			batch := gp.next(t)
-			if len(batch.keys) != tc.batch {
-				t.Fatalf("batch %v, want %d commands", batch.keys, tc.batch)
-			}
-			close(second.gate)
-			close(batch.gate)
-			for _, done := range append(queued, b) {
-				if err := <-done; err != nil {
-					t.Fatal(err)
-				}
-			}
-			// A single command, and the next beside it.
-			k := 2 + tc.batch
-			c := sendAsync(n, ks[k])
-			one := gp.next(t)
-			d := sendAsync(n, ks[k+1])
-			beside := gp.next(t)
-			if !slices.Equal(beside.keys, ks[k+1:k+2]) {
-				t.Fatalf("batch %v, want [%s] beside the one on the wire", beside.keys, ks[k+1])
-			}
-			close(one.gate)
-			close(beside.gate)
-			for _, done := range []<-chan error{c, d} {
-				if err := <-done; err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
+// The hold starts only after a batch of three or more: after a batch of
+// two, the idle wire still opens beside a single command.
+func TestPipeHoldNeedsABatchOfThree(t *testing.T) {
+	ks := keysInLanes(6)
+	gp := newGatePool()
+	n := newNode(0, gp)
+	// Both wires busy with a command each, two queued behind them, then
+	// sent as one batch.
+	first, second, a, b := busyWires(t, gp, n, ks)
+	var queued []<-chan error
+	for i, k := range ks[2:4] {
+		queued = append(queued, sendAsync(n, k))
+		waitQueued(t, n, i+1)
+	}
+	close(first.gate)
+	if err := <-a; err != nil {
+		t.Fatal(err)
+	}
+	batch := gp.next(t)
+	if len(batch.keys) != 2 {
+		t.Fatalf("batch %v, want 2 commands", batch.keys)
+	}
+	close(second.gate)
+	close(batch.gate)
+	for _, done := range append(queued, b) {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A single command, and the next beside it.
+	c := sendAsync(n, ks[4])
+	one := gp.next(t)
+	d := sendAsync(n, ks[5])
+	beside := gp.next(t)
+	if !slices.Equal(beside.keys, ks[5:6]) {
+		t.Fatalf("batch %v, want [%s] beside the one on the wire", beside.keys, ks[5])
+	}
+	close(one.gate)
+	close(beside.gate)
+	for _, done := range []<-chan error{c, d} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -536,7 +517,8 @@ func TestPipeYieldsAfterALargeBatch(t *testing.T) {
 
 // nextBatchAfterThree has a runner carry a batch of three asynchronous
 // commands whose callers, once answered, each submit another, and returns
-// the size of the batch that starts next.
+// the size of the batch that starts next on the runner's wire, or 0 if
+// that wire went idle first.
 func nextBatchAfterThree(t *testing.T) int {
 	ks := keysInLanes(8)
 	pool, n, first, second, a, b := twoBusyWires(t, ks)
@@ -553,11 +535,27 @@ func nextBatchAfterThree(t *testing.T) int {
 	close(three.gate)
 	// The runner answers the three, which wakes their callers, and yields:
 	// they submit their next commands, which queue, both wires being busy;
-	// then it takes them. Without the yield it finds the queue empty and
-	// lets the wire go idle, and the first of the next commands goes out
-	// alone on it.
-	next := pool.next(t)
-	close(next.gate)
+	// then it takes them on its wire. Without the yield it finds the queue
+	// empty and lets its wire go idle, and the next commands queue behind
+	// the other wire, to which the hold keeps them: no batch starts until
+	// that wire's is answered. That outcome counts as size 0.
+	var next gatedBatch
+	for start := time.Now(); next.gate == nil; runtime.Gosched() {
+		select {
+		case next = <-pool.started:
+			continue
+		default:
+		}
+		if idleBesideQueue(n, 3) {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no batch started, and the queue never held 3 commands beside an idle wire")
+		}
+	}
+	if next.gate != nil {
+		close(next.gate)
+	}
 	close(second.gate)
 	stop := openGates(pool)
 	defer stop()
@@ -567,6 +565,18 @@ func nextBatchAfterThree(t *testing.T) int {
 		}
 	}
 	return len(next.keys)
+}
+
+// idleBesideQueue reports whether n's queue holds want commands while one
+// of its wires is idle.
+func idleBesideQueue(n *node, want int) bool {
+	n.pipe.mu.Lock()
+	defer n.pipe.mu.Unlock()
+	idle := false
+	for i := range n.pipe.n {
+		idle = idle || !n.pipe.wires[i].busy
+	}
+	return idle && len(n.pipe.queue) == want
 }
 
 // submitThen submits SET key to n asynchronously, as a round does, and,

@@ -172,9 +172,6 @@ func newNode(index int, pool Pool) *node {
 	if s, ok := pool.(driver.SingleServer); ok {
 		n.pipe.combine = s.SingleServer()
 	}
-	if m, ok := pool.(driver.Multiplexer); ok && m.Multiplexes() {
-		n.pipe.n, n.pipe.holdWires = multiplexWires, true
-	}
 	return n
 }
 

@@ -24,8 +24,7 @@
 // driver.Pinger: a Pool that also implements Namer names its master in
 // errors; Validator is checked when a Client is made; Subscriber lets a
 // release wake waiting callers; DeadlineHonorer lets a one-node Client run a
-// round on the caller's goroutine; Multiplexer may change how many batches
-// the core keeps in flight to the master; SingleServer lets it combine
+// round on the caller's goroutine; SingleServer lets the core combine
 // several keys' releases into one script call.
 //
 // Adapters exist for redigo (package redigo, in the root module) and, each
@@ -160,21 +159,6 @@ type Subscriber interface {
 // returns, by the deadline.
 type DeadlineHonorer interface {
 	HonorsDeadline() bool
-}
-
-// A Multiplexer is a Pool whose driver pipelines concurrent Exec calls onto
-// shared connections by itself, as rueidis's and valkey-go's auto-pipelining
-// do. Multiplexes reports whether it does, for this Pool's client.
-//
-// The core may then keep the node's batches in flight differently (today
-// the same two wires as for any Pool, so that two callers do not wait for
-// each other, but under load, once batches of three or more go out, one:
-// pipe.go, "One wire under load"). Through a driver that already merges
-// every caller's commands into shared writes, each batch costs a hand-off
-// through the driver's queue and a wake-up, so fewer batches are cheaper
-// (docs/benchmarks.md).
-type Multiplexer interface {
-	Multiplexes() bool
 }
 
 // A SingleServer is a Pool whose commands all reach one server, its

@@ -45,22 +45,16 @@
 // writes the batch at once on one connection and returns the replies in
 // order. The core already groups the commands that concurrent callers send
 // to a node into batches, at most two in flight per node (pipe.go in
-// redlock); valkey-go's auto-pipelining then merges the two batches' writes.
-// The Pool is a driver.Multiplexer, for which the core keeps to one batch
-// in flight per node under load (pipe.go, "One wire under load"). When the core still had 16 fixed lanes
-// per node, it gave a Multiplexer 2 of them: larger batches, and fewer
-// hand-offs through valkey-go's queue, which raised Lock+Unlock throughput
-// at 128 goroutines by 1.4 to 1.5×; since the pipe opens its second wire
-// only when the first is busy, every Pool gets such batches
-// (docs/benchmarks.md).
+// redlock), and under load one (pipe.go, "One wire under load");
+// valkey-go's auto-pipelining merges the writes of batches in flight at once.
 //
 // Sending a batch command by command instead, and leaving all the merging
 // to auto-pipelining, would need a round trip per command, or, from a
 // goroutine per command, would lose the order of the commands on one key,
 // which the port requires (an Unlock's release must not overtake its own
 // SET). BenchmarkBatching measures them: Lock+Unlock over three local
-// masters on two vCPUs, medians of six runs, with the 16 lanes of then. With 128
-// goroutines (3.9 commands per batch) an operation took 121 µs with
+// masters on two vCPUs, medians of six runs, when the core still had 16
+// fixed lanes per node. With 128 goroutines (3.9 commands per batch) an operation took 121 µs with
 // DoMulti, 266 µs with one Do per command and 166 µs with a goroutine per
 // command; with 2 and 16 goroutines (one or two commands per batch) DoMulti
 // and one Do per command were within noise of each other, and a goroutine

@@ -47,7 +47,6 @@ var (
 	_ driver.Namer        = (*Pool)(nil)
 	_ driver.Validator    = (*Pool)(nil)
 	_ driver.Subscriber   = (*Pool)(nil)
-	_ driver.Multiplexer  = (*Pool)(nil)
 	_ driver.SingleServer = (*Pool)(nil)
 )
 
@@ -90,14 +89,6 @@ func nodeNames(client valkey.Client) string {
 
 // Name returns Addr.
 func (p *Pool) Name() string { return p.Addr }
-
-// Multiplexes implements driver.Multiplexer: valkey-go's auto-pipelining
-// merges the commands of concurrent calls into shared writes on one
-// connection, so the core sends this Pool fewer, larger batches. It reports
-// true even for a client made with DisableAutoPipelining, which the Pool
-// cannot see; such a client works as well, its batches just wait for a
-// pooled connection each (see Batching in the package doc).
-func (p *Pool) Multiplexes() bool { return true }
 
 // SingleServer implements driver.SingleServer: a client in standalone or
 // Sentinel mode sends every command to its one master, so the core may
