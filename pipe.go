@@ -77,12 +77,16 @@ import (
 // wire. Held, the second waits and goes with those queued after it, and
 // throughput at 64 goroutines rose by about 1.04× through rueidis and
 // valkey-go, whose drivers merge the two wires' writes anyway (seventh
-// step), and by 1.06 to 1.10× through redigo and go-redis, where each
+// step), and by 1.05 to 1.08× through redigo and go-redis, where each
 // batch also borrows a connection of its own (eighth step;
 // docs/benchmarks.md, issue 22). One or two callers rarely make a batch of
 // three, and four small batches after one they have a wire each again.
 // The hold counts batches, not time: after a burst and a quiet spell, the
-// next callers share one wire for up to holdBatches batches.
+// next callers share one wire for up to holdBatches batches. A Client's
+// only node does not hold (pipe.oneNode): with one server, the second
+// wire is what keeps that server busy while the first wire's replies are
+// handed out, and at N=1 the hold cost about 3% at 16 and 64 goroutines
+// (eighth step).
 //
 // Order: commands on one key keep their order on the node. A key hashes to
 // one of 64 lanes (laneOf); each busy wire records the lanes of its batch,
@@ -254,8 +258,10 @@ type pipe struct {
 	// hold > 0: under load, a busy wire keeps the others closed; a command
 	// does not go out alone on an idle wire beside a busy one. A batch of
 	// more than crowd+1 commands sets hold to holdBatches; every smaller
-	// batch counts it down. See "One wire under load".
-	hold int
+	// batch counts it down. See "One wire under load". oneNode: the node
+	// is its Client's only one, and never holds.
+	hold    int
+	oneNode bool
 }
 
 // holdBatches is how many small batches in a row end the hold; see
@@ -469,6 +475,7 @@ func (p *pipe) run(pool Pool, w int, batch []*call, self *call, queued, runner b
 // held.
 func (p *pipe) sized(n int) {
 	switch {
+	case p.oneNode:
 	case n > crowd+1:
 		p.hold = holdBatches
 	case p.hold > 0:

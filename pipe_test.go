@@ -448,49 +448,67 @@ func TestPipeHoldsWiresUnderLoad(t *testing.T) {
 	gp.none(t)
 }
 
-// The hold starts only after a batch of three or more: after a batch of
-// two, the idle wire still opens beside a single command.
-func TestPipeHoldNeedsABatchOfThree(t *testing.T) {
-	ks := keysInLanes(6)
-	gp := newGatePool()
-	n := newNode(0, gp)
-	// Both wires busy with a command each, two queued behind them, then
-	// sent as one batch.
-	first, second, a, b := busyWires(t, gp, n, ks)
-	var queued []<-chan error
-	for i, k := range ks[2:4] {
-		queued = append(queued, sendAsync(n, k))
-		waitQueued(t, n, i+1)
-	}
-	close(first.gate)
-	if err := <-a; err != nil {
-		t.Fatal(err)
-	}
-	batch := gp.next(t)
-	if len(batch.keys) != 2 {
-		t.Fatalf("batch %v, want 2 commands", batch.keys)
-	}
-	close(second.gate)
-	close(batch.gate)
-	for _, done := range append(queued, b) {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A single command, and the next beside it.
-	c := sendAsync(n, ks[4])
-	one := gp.next(t)
-	d := sendAsync(n, ks[5])
-	beside := gp.next(t)
-	if !slices.Equal(beside.keys, ks[5:6]) {
-		t.Fatalf("batch %v, want [%s] beside the one on the wire", beside.keys, ks[5])
-	}
-	close(one.gate)
-	close(beside.gate)
-	for _, done := range []<-chan error{c, d} {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+// The hold starts only after a batch of three or more, and never on a
+// Client's only node: after a batch of two, or of three there, the idle
+// wire still opens beside a single command.
+func TestPipeHoldNeedsABatchOfThreeAndAnotherNode(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		oneNode bool
+		batch   int
+	}{{"batch of two", false, 2}, {"batch of three, the Client's only node", true, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ks := keysInLanes(4 + tc.batch)
+			gp := newGatePool()
+			n := newNode(0, gp)
+			if tc.oneNode {
+				c, err := New([]Pool{gp})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				n = c.nodes[0]
+			}
+			// Both wires busy with a command each, tc.batch queued behind
+			// them, then sent as one batch.
+			first, second, a, b := busyWires(t, gp, n, ks)
+			var queued []<-chan error
+			for i, k := range ks[2 : 2+tc.batch] {
+				queued = append(queued, sendAsync(n, k))
+				waitQueued(t, n, i+1)
+			}
+			close(first.gate)
+			if err := <-a; err != nil {
+				t.Fatal(err)
+			}
+			batch := gp.next(t)
+			if len(batch.keys) != tc.batch {
+				t.Fatalf("batch %v, want %d commands", batch.keys, tc.batch)
+			}
+			close(second.gate)
+			close(batch.gate)
+			for _, done := range append(queued, b) {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A single command, and the next beside it.
+			k := 2 + tc.batch
+			c := sendAsync(n, ks[k])
+			one := gp.next(t)
+			d := sendAsync(n, ks[k+1])
+			beside := gp.next(t)
+			if !slices.Equal(beside.keys, ks[k+1:k+2]) {
+				t.Fatalf("batch %v, want [%s] beside the one on the wire", beside.keys, ks[k+1])
+			}
+			close(one.gate)
+			close(beside.gate)
+			for _, done := range []<-chan error{c, d} {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

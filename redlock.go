@@ -310,8 +310,9 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 	for _, n := range c.nodes {
 		n.acks = int64(c.replicaAcks)
 	}
-	if len(c.nodes) == 1 && c.nodes[0].inline {
-		c.nodes[0].sole = true // inline.go: queued commands keep their own deadline
+	if len(c.nodes) == 1 {
+		c.nodes[0].pipe.oneNode = true      // pipe.go, "One wire under load"
+		c.nodes[0].sole = c.nodes[0].inline // inline.go: queued commands keep their own deadline
 	}
 	c.channel = ""
 	if !c.wakeOff {
