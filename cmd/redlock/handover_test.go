@@ -57,16 +57,25 @@ func TestRunExportsLockToChild(t *testing.T) {
 			t.Errorf("REDLOCK_PERMITS set for a lock: %v", env)
 		}
 	}
-	c, err := redis.Dial("tcp", servers[1].Addr)
-	if err != nil {
-		t.Fatal(err)
+	// The counter is raised on a majority: a node that was slow to answer
+	// may still hold the first run's value (it failed once so in CI).
+	var raised []string
+	for _, srv := range servers {
+		c, err := redis.Dial("tcp", srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fence, _ := redis.String(c.Do("GET", "redlock:fence:{app:job}"))
+		if fence == "2" {
+			raised = append(raised, srv.Addr)
+		}
+		if n, _ := redis.Int(c.Do("EXISTS", "job")); n != 0 {
+			t.Errorf("the unprefixed key job exists on %s: --key-prefix was not applied", srv.Addr)
+		}
+		c.Close()
 	}
-	defer c.Close()
-	if fence, _ := redis.String(c.Do("GET", "redlock:fence:{app:job}")); fence != "2" {
-		t.Errorf("fencing counter of app:job on %s = %q, want 2", servers[1].Addr, fence)
-	}
-	if n, _ := redis.Int(c.Do("EXISTS", "job")); n != 0 {
-		t.Errorf("the unprefixed key job exists: --key-prefix was not applied")
+	if len(raised) < 2 {
+		t.Errorf("fencing counter of app:job is 2 on %v, want a majority of the 3 nodes", raised)
 	}
 }
 
