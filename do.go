@@ -80,8 +80,10 @@ func (c *Client) hold(ctx context.Context, key string, ttl time.Duration, acquir
 	if fn == nil {
 		return invalid("nil function")
 	}
+	c.acquiring.Add(1) // until holdLease has registered with Close (Client.acquiring)
 	l, err := acquire(ctx)
 	if err != nil {
+		c.acquiring.Done()
 		return err
 	}
 	var lost func(error)
@@ -102,7 +104,9 @@ type lease interface {
 
 // holdLease runs fn with a context derived from parent while keeping l,
 // which was acquired for ttl, as Do describes; then it releases l with
-// release. lost, if set, is told of a loss before fn returned.
+// release. lost, if set, is told of a loss before fn returned. Its caller
+// has counted the hold in c.acquiring before the acquisition; holdLease
+// ends that count once Close knows of the hold (or it has let l go).
 func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Duration, fn func(ctx context.Context) error,
 	release func(context.Context) error, lost func(error)) (err error) {
 	fnCtx, cancel := context.WithCancelCause(parent)
@@ -119,8 +123,10 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 		// Closed between the acquisition and here: release, and do not run
 		// fn, which the lock no longer protects.
 		closeHold()
+		c.acquiring.Done()
 		return errClosedBeforeFn
 	}
+	c.acquiring.Done()
 	defer remove()
 	go func() { kept <- c.keep(l, ttl, stop, cancel) }()
 
@@ -213,10 +219,11 @@ func (c *Client) keep(l lease, ttl time.Duration, stop <-chan struct{}, cancel c
 		case err == nil:
 			last = nil
 			timer.Reset(ttl / extendEvery)
+		case errors.Is(err, ErrLockLost): // Extend proved it, and cut Until short
+			cancel(err)
+			return loss{err: err}
 		case refused(err) && c.clock.Now().Before(l.Until()):
-			if !errors.Is(err, ErrLockLost) { // Extend's own error says so when it can
-				err = lostCause("a majority of nodes refused the extension", err)
-			}
+			err = lostCause("a majority of nodes refused the extension", err)
 			cancel(err)
 			return loss{err: err}
 		default:

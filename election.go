@@ -222,6 +222,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	e.mu.Unlock()
 
 	c := e.client
+	c.acquiring.Add(1) // until the leadership is registered with Close (Client.acquiring)
+	defer c.acquiring.Done()
 	l, err := c.lock(ctx, e.name, e.ttl, math.MaxInt, true) // fenced whatever the Client's options: terms are fencing tokens
 	if err != nil {
 		return nil, err
@@ -235,8 +237,15 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	}
 	ld.publish(ctx)
 	go func() {
-		defer remove()
+		defer remove() // Close resigns the leadership until its keys are let go
 		ld.run()
+		if ld.lost != nil {
+			// Lost, not resigned: the nodes that kept the key (the
+			// extensions that reached them pushed its expiry on) are freed
+			// now, rather than at Resign, which may never come, or at the
+			// ttl. Resign still returns the loss, and sends the release again.
+			_ = ld.lock.unlock(context.Background(), 0)
+		}
 	}()
 	if c.closed.Load() {
 		// Close began while the record was being published, and has
@@ -482,6 +491,10 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 // safe for concurrent use. The nil *Leadership of a failed Campaign leads
 // nothing: Done is closed, and Resign returns an error wrapping ErrInvalid.
 //
+// When the leadership is lost, its release is sent at once to every node,
+// to free those that still hold the key: the next leader need not wait for
+// them to expire.
+//
 // Leading is exclusive only until Until, as for a Lock: a leader that may
 // have been paused must check Until (or Done) before it acts, and should
 // send its Term with every write so that a resource can refuse a deposed
@@ -646,6 +659,12 @@ func (ld *Leadership) Until() time.Time {
 	if ld == nil || ld.lock == nil {
 		return time.Time{}
 	}
+	ld.mu.Lock()
+	resigned := ld.resigned
+	ld.mu.Unlock()
+	if resigned { // Resign may still wait for an extension in flight
+		return time.Time{}
+	}
 	return ld.lock.Until()
 }
 
@@ -692,8 +711,7 @@ var errNilLeadership = invalid("nil *Leadership: the Campaign that returned it f
 // waiting for the ttl. It returns, on each path:
 //   - nil: the leadership lasted until Resign and a majority released it.
 //   - an error wrapping ErrLockLost: it had been lost before Resign (Err
-//     said so already); the release is still sent, to free the nodes that
-//     kept the key.
+//     said so already); the release, sent when it was lost, is sent again.
 //   - Lock.Unlock's error otherwise: ErrExpired if validity ran out just
 //     before Resign, ErrLockLost if the nodes show it was lost, or, if too
 //     few nodes answered, the nodes' failures (and ctx.Err() if ctx ended

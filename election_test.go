@@ -277,6 +277,11 @@ func TestElectionDoneOnLossByRefusal(t *testing.T) {
 	if !errors.Is(ld.Err(), redlock.ErrLockLost) || !errors.Is(context.Cause(ld.Context()), redlock.ErrLockLost) {
 		t.Fatalf("Err = %v, cause = %v; want ErrLockLost", ld.Err(), context.Cause(ld.Context()))
 	}
+	// A leader that checks Until before it acts must not act on: the
+	// refusals proved that no one holds a majority for it.
+	if time.Now().Before(ld.Until()) {
+		t.Fatalf("Until is %v ahead after a proven loss", time.Until(ld.Until()))
+	}
 	if err := ld.Resign(context.Background()); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Resign after the loss = %v, want ErrLockLost", err)
 	}
@@ -286,6 +291,39 @@ func TestElectionDoneOnLossByRefusal(t *testing.T) {
 		t.Fatalf("term %d after %d", again.Term(), ld.Term())
 	}
 	mustResign(t, again)
+}
+
+// A leadership lost by a majority's refusal, and never resigned, does not
+// leave its key on the node that kept it (the extensions that reached it
+// pushed its expiry on): the loss sends the release, so neither Resign nor
+// Close is needed to free it. (Before the fix the key stayed there until
+// its ttl, even through Close.)
+func TestElectionLossReleasesTheNodesThatKeptTheKey(t *testing.T) {
+	c := newCluster(t, 3)
+	const ttl = 600 * time.Millisecond
+	client := c.client(t)
+	ld := mustCampaign(t, client.Election("svc", redlock.WithElectionTTL(ttl)), "a")
+	c.settle(t)
+	c.nodes[0].Del("svc")
+	c.nodes[1].Del("svc")
+	select {
+	case <-ld.Done():
+	case <-time.After(10 * ttl):
+		t.Fatal("Done not closed within 10 ttls of losing the key on a majority")
+	}
+	deadline := time.Now().Add(5 * time.Second) // miniredis never expires the key by itself
+	for c.values("svc")[2] != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("node 2 still holds the lost leadership's key %v after the loss", time.Since(deadline.Add(-5*time.Second)))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Resign(context.Background()); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Resign after the loss = %v, want ErrLockLost", err)
+	}
 }
 
 // The nodes stop answering: no extension succeeds, and Done closes when the

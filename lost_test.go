@@ -67,12 +67,19 @@ func TestExtendReportsLoss(t *testing.T) {
 	err = l.Extend(ctx, time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	assert.NotErrorIs(t, err, redlock.ErrLockLost, "one refusal and one failure do not prove a loss")
+	assert.True(t, time.Now().Before(l.Until()), "a failed extension keeps the old window")
 
 	c.pools[2].set(healthy)
 	c.nodes[1].FlushAll()
 	err = l.Extend(ctx, time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	require.ErrorIs(t, err, redlock.ErrLockLost, "two of three without the key prove it")
+	assert.False(t, time.Now().Before(l.Until()), "a proven loss ends the window: Until %v ahead", time.Until(l.Until()))
+	select {
+	case <-l.Done():
+	default:
+		t.Error("Done is still open after a proven loss")
+	}
 }
 
 // A retry of an Unlock that reached too few nodes counts the nodes it

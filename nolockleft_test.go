@@ -878,6 +878,141 @@ func testResignBound(t *testing.T, during string) {
 	}
 }
 
+// Close does not return before an acquisition that had already begun has
+// ended: one that passed its check of Close but had not yet counted its node
+// calls (here, held back while it makes its token) would otherwise send
+// them after Close returned, and a program exiting then would leave a key
+// behind. No command reaches the nodes after Close returns. (Before the fix
+// Close returned at once, and the attempt's SETs and releases came after.)
+func TestRealCloseWaitsForAStartedAcquisition(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		blockAt int32 // the token the attempt makes (a waiting reader makes its registration's first)
+		acquire func(ctx context.Context, c *redlock.Client) error
+	}{
+		{"mutex", 1, func(ctx context.Context, c *redlock.Client) error {
+			_, err := c.Lock(ctx, "close:started", time.Minute)
+			return err
+		}},
+		{"semaphore", 1, func(ctx context.Context, c *redlock.Client) error {
+			s, err := c.Semaphore("close:started", 1)
+			if err != nil {
+				return err
+			}
+			_, err = s.Acquire(ctx, time.Minute)
+			return err
+		}},
+		{"reader", 2, func(ctx context.Context, c *redlock.Client) error {
+			_, err := c.RWMutex("close:started").RLock(ctx, time.Minute)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := realNodes(t, 3)
+			ctx := context.Background()
+			entered, release := make(chan struct{}), make(chan struct{})
+			var calls atomic.Int32
+			c := realClient(t, addrs, redlock.WithWakeUp(false), redlock.WithTokenFunc(func() (string, error) {
+				n := calls.Add(1)
+				if n == tc.blockAt {
+					close(entered)
+					<-release
+				}
+				return fmt.Sprintf("close-started-%d-%d", n, time.Now().UnixNano()), nil
+			}))
+			acquired := make(chan error, 1)
+			go func() { acquired <- tc.acquire(ctx, c) }()
+			select {
+			case <-entered: // past Close's check, making its token
+			case err := <-acquired:
+				t.Fatalf("the acquisition returned %v before making its token", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the acquisition made no token")
+			}
+			go func() {
+				time.Sleep(50 * time.Millisecond) // Close has begun by then
+				close(release)
+			}()
+			if err := c.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			sent := realWrites(t, addrs)
+			select {
+			case err := <-acquired:
+				if !errors.Is(err, redlock.ErrClosed) {
+					t.Errorf("the acquisition returned %v, want ErrClosed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the acquisition did not return")
+			}
+			if after := realWrites(t, addrs); after != sent {
+				t.Errorf("%d commands reached the nodes after Close returned", after-sent)
+			}
+			for i, a := range addrs {
+				if keys, err := redis.Strings(realConn(t, a).Do("KEYS", "*")); err != nil || len(keys) > 0 {
+					t.Errorf("node %d holds %v (%v)", i, keys, err)
+				}
+			}
+		})
+	}
+}
+
+// realWrites returns how many SET, EVAL and EVALSHA commands the nodes at
+// addrs have run.
+func realWrites(t *testing.T, addrs []string) (n int64) {
+	t.Helper()
+	for _, a := range addrs {
+		info, err := redis.String(realConn(t, a).Do("INFO", "commandstats"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			for _, cmd := range []string{"cmdstat_set:", "cmdstat_eval:", "cmdstat_evalsha:"} {
+				if rest, ok := strings.CutPrefix(line, cmd); ok {
+					var calls int64
+					if _, err := fmt.Sscanf(rest, "calls=%d", &calls); err != nil {
+						t.Fatalf("%s: %v", line, err)
+					}
+					n += calls
+				}
+			}
+		}
+	}
+	return n
+}
+
+// A leadership's Until is the zero Time from the moment Resign begins, as
+// documented, even while Resign still waits for an extension stuck on a
+// frozen node: a leader checking Until must not act on after resigning.
+// (Before the fix Until kept the old window until Resign's release began.)
+func TestRealLeadershipUntilZeroOnceResignBegins(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	ctx := context.Background()
+	const timeout = time.Second
+	c := realClient(t, []string{servers[0].Addr}, redlock.WithNodeTimeout(timeout))
+	ld, err := c.Election("resign:until", redlock.WithElectionTTL(1500*time.Millisecond)).Campaign(ctx, "v") // extended every 500 ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[0].Thaw() })
+	time.Sleep(600 * time.Millisecond) // an extension has begun, and waits for the frozen node
+	resigned := make(chan error, 1)
+	go func() { resigned <- ld.Resign(ctx) }()
+	select {
+	case <-ld.Done(): // Resign has begun
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done did not close after Resign began")
+	}
+	if u := ld.Until(); !u.IsZero() {
+		t.Errorf("Until is %v (%v ahead) after Resign began, want the zero Time", u, time.Until(u))
+	}
+	_ = servers[0].Thaw()
+	<-resigned
+}
+
 // An observer that closes the Client when it is told of an acquisition: the
 // moment between Do's acquisition and its fn.
 type closeOnAcquired struct {

@@ -67,6 +67,13 @@ type Client struct {
 	closed  atomic.Bool   // Close has been called
 	closing chan struct{} // closed by Close: wakes every waiting call (engine.go)
 	closers closers       // what Close must end: leaderships, Do loops
+
+	// acquiring counts the acquisitions running (acquireLoop), and the
+	// holds (Do, Campaign) between their acquisition and their closer's
+	// registration: Close waits for them too, since one that has checked
+	// closed but not yet counted its node calls would send them after
+	// Close returned.
+	acquiring inflight
 }
 
 // inflight counts running node calls. Unlike a sync.WaitGroup it may be
@@ -628,6 +635,7 @@ type Lock struct {
 	mu       sync.Mutex
 	until    time.Time     // zero once Unlock has begun
 	released bool          // an Unlock reached a majority
+	lost     bool          // an Extend's refusals proved the lock gone (verdict): until was cut to then
 	done     chan struct{} // made by Done; closed when until passes or on release
 	expiry   *time.Timer   // closes done when until passes
 
@@ -825,7 +833,8 @@ func (l *Lock) expire() {
 // deadline: the holder asked for no more than ttl from now. The error also
 // wraps ErrLockLost when the nodes' answers prove the lock gone: so many of
 // them found the key gone or another token's that fewer than a majority can
-// hold it.
+// hold it. Then Until becomes the moment of that verdict, and Done closes:
+// the lock is no longer exclusive.
 //
 // A node that answers, before the majority is reached, that it has no key
 // at all (it restarted without its data, or evicted the key) is re-seeded
@@ -956,9 +965,13 @@ func (l *Lock) verdict(won bool, t tally, masks *nodeMasks, until, old time.Time
 		if t.late && !c.clock.Now().Before(old) {
 			return aggregate(ErrExpired, t.causes)
 		}
-		if t.lost() && c.clock.Now().Before(old) {
+		if now := c.clock.Now(); t.lost() && now.Before(old) {
 			// Refusals that all came while the lock was still valid: a key
-			// that expired at its ttl would prove nothing.
+			// that expired at its ttl would prove nothing. They prove that
+			// fewer than a majority can hold it: its validity ends now, and
+			// Done closes, so that a holder checking Until or Done stops.
+			l.lost = true
+			l.setUntilLocked(now)
 			return aggregate(&tagged{text: prefix + "lock lost: the extension was refused: " + l.goneText(t.refused(), t.n),
 				is: []error{ErrLockLost, ErrNotObtained}}, t.causes)
 		}
@@ -1069,7 +1082,8 @@ var testHookReseed atomic.Pointer[func(l *Lock, node int)]
 //     (it expired, was evicted, was lost in a restart, or was overwritten)
 //     that fewer than a majority can have held it: an error wrapping
 //     ErrLockLost, even within the validity window, because the critical
-//     section may not have been exclusive.
+//     section may not have been exclusive. So does the Unlock of a lock
+//     that an Extend has already proved lost.
 //   - Too few nodes answered: an error saying the release was not
 //     confirmed, with the per-node causes, and ctx.Err() if ctx had ended;
 //     the key expires on the silent nodes at its ttl, and Unlock may be
@@ -1110,7 +1124,7 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	// the releases may delete the key on a majority even if their replies
 	// are lost, so Until and Done must not go on saying it is held.
 	l.mu.Lock()
-	again := l.released
+	again, lost := l.released, l.lost
 	// A retry after a failed Unlock finds until already zero: not expired.
 	expired := !again && !l.until.IsZero() && !c.clock.Now().Before(l.until)
 	until := l.until
@@ -1156,6 +1170,8 @@ func (l *Lock) unlock(ctx context.Context, id uint64) error {
 	switch {
 	case again:
 		return ErrReleased
+	case lost: // an Extend proved it, and cut the validity short
+		return aggregate(fmt.Errorf("%w: an extension's refusals proved it gone before its validity ended", ErrLockLost), t.causes)
 	case expired:
 		return aggregate(ErrExpired, t.causes)
 	case !won && gone > t.n-t.quorum:
