@@ -295,6 +295,43 @@ func p99(ds []time.Duration) time.Duration {
 	return s[(len(s)*99)/100]
 }
 
+// A reader that waits (RLock, not TryRLock) registers on the nodes that
+// refuse it; once its attempt is won and every node has answered, only a
+// node that did not grant it can keep that registration, so with every node
+// granting no removal round is sent: an RLock and its Unlock run one script
+// per node each, as TryRLock's do. (Before the fix RLock removed the
+// registration in a round of its own, before returning, whenever a node had
+// not answered by the time the majority had: about three scripts per node.)
+func TestRealRLockIsOneRoundWhenEveryNodeGrants(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	c := realClient(t, addrs)
+	m := c.RWMutex("rlock:rounds")
+	if l, err := m.RLock(ctx, time.Minute); err != nil { // loads the scripts
+		t.Fatal(err)
+	} else if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	redlock.Settle(c)
+	before := realWrites(t, addrs)
+	const n = 50
+	for range n {
+		l, err := m.RLock(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	redlock.Settle(c)
+	perNode := float64(realWrites(t, addrs)-before) / float64(n*len(addrs))
+	t.Logf("%.2f scripts per node per RLock and Unlock", perNode)
+	if perNode > 2.1 {
+		t.Errorf("%.2f scripts per node per RLock and Unlock, want 2", perNode)
+	}
+}
+
 // Phase fairness: with 2 writers that want the lock again 1 ms after
 // releasing it and 4 readers, both sides get in. Before the fix, the
 // writers' intent marks kept every reader out: readers got in 0 times in 3 s

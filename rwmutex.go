@@ -209,7 +209,9 @@ func (m *RWMutex) TryLock(ctx context.Context, ttl time.Duration) (*Lock, error)
 // RLock acquires the lock for reading, for ttl: shared with other readers,
 // exclusive of writers. A node refuses a new reader while a writer holds it
 // or a waiting writer has left its intent mark there. It retries as
-// Client.Lock does, with the same options, results and bounds.
+// Client.Lock does, with the same options, results and bounds, plus one
+// node timeout when it gives up after waiting: it then removes its
+// registration as a waiting reader from the nodes (docs/rwlock.md).
 func (m *RWMutex) RLock(ctx context.Context, ttl time.Duration) (*Lock, error) {
 	if m == nil || m.client == nil {
 		return nil, errNilRWMutex
@@ -277,8 +279,7 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 			return nil, err
 		}
 	}
-	marked := false     // an attempt may have left the mark
-	registered := false // an earlier attempt may have registered the reader
+	marked := false // an attempt may have left the mark, or registered the reader
 	wake := []string{m.writer.(string)}
 	if write {
 		wake = append(wake, m.readers.(string))
@@ -291,15 +292,31 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 				mark = a.pause + intentReach*c.nodeTimeout
 				marked = true
 			}
-			l, held, err := m.acquire(ctx, ttl, write, intent, mark, a.id)
-			if err == nil && marked && !write && (registered || l.args.masks.agreed.Load() != 1<<len(c.nodes)-1) {
-				// The granting nodes dropped this reader's registration;
-				// a node that refused it (or has not answered yet) may
-				// keep it, and would entitle it at the next writer's
+			var settled func(agreed uint64)
+			if marked && !write {
+				// The granting nodes drop this reader's registration; a
+				// node that refused this attempt (or failed) may keep it,
+				// and would entitle the reader at the next writer's
 				// release, holding writers back there until it lapses.
-				m.unmark(ctx, intent, false)
+				// Once every node has answered a won attempt, those are
+				// known: the registration is removed from them in the
+				// background, so that RLock returns with its majority, as
+				// Lock does. Close waits for that round (c.calls).
+				settled = func(agreed uint64) {
+					if agreed == 1<<len(c.nodes)-1 {
+						return
+					}
+					c.calls.Add(1)
+					go func() {
+						defer c.calls.Done()
+						m.unmark(ctx, intent, false)
+					}()
+				}
 			}
-			registered = registered || mark > 0
+			l, held, err := m.acquire(ctx, ttl, write, intent, mark, a.id, settled)
+			if err == nil && settled != nil {
+				marked = false // removed as settled says, not by giveUp
+			}
 			return l, held, err
 		},
 		giveUp: func(ctx context.Context) {
@@ -325,7 +342,12 @@ func (m *RWMutex) lockName(write bool) string {
 // acquire is one attempt: the algorithm's steps 1 to 4 with the read-write
 // scripts. A writer's attempt leaves the intent mark for mark (none if 0)
 // on each node that refuses it.
-func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, intent string, mark time.Duration, id uint64) (*Lock, uint64, error) {
+//
+// settled, if set, is called with the nodes that granted a won attempt
+// once every node has answered it (on the goroutine of the last answer, or
+// the caller's).
+func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, intent string, mark time.Duration, id uint64,
+	settled func(agreed uint64)) (*Lock, uint64, error) {
 	c := m.client
 	token, err := c.token()
 	if err != nil {
@@ -373,7 +395,15 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	start := c.clock.Now() // step 3: validity counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
 	args.unsent.Store(1<<len(c.nodes) - 1)
-	if c.obs != nil {
+	switch {
+	case settled != nil:
+		args.masks.report = func() {
+			if c.obs != nil {
+				c.reportSettled(ctx, l, observe.OpAcquire, id, &args.masks)
+			}
+			settled(args.masks.agreed.Load())
+		}
+	case c.obs != nil:
 		args.masks.report = func() { c.reportSettled(ctx, l, observe.OpAcquire, id, &args.masks) }
 	}
 	won, t := c.fanout(ctx, round{op: set, undo: release, overtaken: l,

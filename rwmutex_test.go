@@ -582,8 +582,9 @@ func TestRWMutexUnmarkFollowsTheAttempt(t *testing.T) {
 	l, err := client.RWMutex("follow").RLock(context.Background(), time.Minute)
 	require.NoError(t, err, "nodes 0 and 1 grant the reader")
 	require.True(t, slow.held.Load(), "the attempt on node 2 was not held")
-	// The removal has gone to every node; on node 2 it must wait for the
-	// attempt. Let the attempt through and wait for every node call.
+	// The removal must come after the attempt on node 2: it waits for
+	// every node's answer, then goes to every node. Let the attempt through
+	// and wait for every node call.
 	close(slow.gate)
 	c.settle(t)
 	members, _ := c.nodes[2].ZMembers(waiting)
