@@ -80,10 +80,8 @@ func (c *Client) hold(ctx context.Context, key string, ttl time.Duration, acquir
 	if fn == nil {
 		return invalid("nil function")
 	}
-	c.acquiring.Add(1) // until holdLease has registered with Close (Client.acquiring)
 	l, err := acquire(ctx)
 	if err != nil {
-		c.acquiring.Done()
 		return err
 	}
 	var lost func(error)
@@ -104,9 +102,7 @@ type lease interface {
 
 // holdLease runs fn with a context derived from parent while keeping l,
 // which was acquired for ttl, as Do describes; then it releases l with
-// release. lost, if set, is told of a loss before fn returned. Its caller
-// has counted the hold in c.acquiring before the acquisition; holdLease
-// ends that count once Close knows of the hold (or it has let l go).
+// release. lost, if set, is told of a loss before fn returned.
 func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Duration, fn func(ctx context.Context) error,
 	release func(context.Context) error, lost func(error)) (err error) {
 	fnCtx, cancel := context.WithCancelCause(parent)
@@ -123,10 +119,8 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 		// Closed between the acquisition and here: release, and do not run
 		// fn, which the lock no longer protects.
 		closeHold()
-		c.acquiring.Done()
 		return errClosedBeforeFn
 	}
-	c.acquiring.Done()
 	defer remove()
 	go func() { kept <- c.keep(l, ttl, stop, cancel) }()
 

@@ -222,8 +222,6 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	e.mu.Unlock()
 
 	c := e.client
-	c.acquiring.Add(1) // until the leadership is registered with Close (Client.acquiring)
-	defer c.acquiring.Done()
 	l, err := c.lock(ctx, e.name, e.ttl, math.MaxInt, true) // fenced whatever the Client's options: terms are fencing tokens
 	if err != nil {
 		return nil, err
@@ -239,7 +237,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	go func() {
 		defer remove() // Close resigns the leadership until its keys are let go
 		ld.run()
-		if ld.lost != nil {
+		if ld.lost != nil && !errors.Is(ld.lost, ErrClosed) { // Close's closer releases it
 			// Lost, not resigned: the nodes that kept the key (the
 			// extensions that reached them pushed its expiry on) are freed
 			// now, rather than at Resign, which may never come, or at the

@@ -113,11 +113,6 @@ func (c *Client) closedErr() error {
 //   - an attempt that wins after Close was called is released and reported
 //     as ErrClosed: a closed Client hands out nothing.
 func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error) {
-	// Counted before the loop's first check of closed: either that check
-	// sees Close, or Close waits for the acquisition, its release of a win
-	// after Close, and its giveUp (Client.acquiring).
-	c.acquiring.Add(1)
-	defer c.acquiring.Done()
 	need := a.need
 	if need == 0 {
 		need = c.quorum

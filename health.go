@@ -117,11 +117,11 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 //     except Unlock, Release and Resign, which still send their release:
 //     nothing a closed Client held stays behind by its fault.
 //
-// Close then waits for the acquisitions that had begun (each ends at once,
-// or once its attempt in flight has) and for the node calls that are still
-// running, including those no caller waits for (the releases Unlock left
-// for slow nodes), so that a program that exits right after Close leaves no
-// key behind.
+// Close then waits for the node calls that are still running, including
+// those no caller waits for (the releases Unlock left for slow nodes), so
+// that a program that exits right after Close leaves no key behind; an
+// acquisition that had not yet sent its round when Close began sends
+// nothing.
 // Close returns within three node timeouts. Ordinarily it takes two at
 // most: the releases it sends, and the calls in flight, end within one; the
 // undo of an attempt that those calls lose, within one more. An RWMutex's
@@ -145,11 +145,6 @@ func (c *Client) Close() error {
 	c.startClose()
 	if c.wake != nil && !c.wake.close(max(time.Until(deadline), 0)) {
 		return fmt.Errorf("%w: release subscriptions still open after %v", ErrNodeTimeout, limit)
-	}
-	// The acquisitions first: one that is ending may still start node
-	// calls (its release, its giveUp).
-	if !c.acquiring.wait(max(time.Until(deadline), 0)) {
-		return fmt.Errorf("%w: acquisitions still running after %v", ErrNodeTimeout, limit)
 	}
 	if !c.calls.wait(max(time.Until(deadline), 0)) {
 		return fmt.Errorf("%w: node calls still running after %v", ErrNodeTimeout, limit)

@@ -878,12 +878,12 @@ func testResignBound(t *testing.T, during string) {
 	}
 }
 
-// Close does not return before an acquisition that had already begun has
-// ended: one that passed its check of Close but had not yet counted its node
-// calls (here, held back while it makes its token) would otherwise send
-// them after Close returned, and a program exiting then would leave a key
-// behind. No command reaches the nodes after Close returns. (Before the fix
-// Close returned at once, and the attempt's SETs and releases came after.)
+// An acquisition that passed its check of Close but had not yet sent its
+// round when Close began (here, held back while it makes its token) sends
+// nothing: no command reaches the nodes after Close returns, so a program
+// exiting then leaves no key behind. (Before the fix Close returned at
+// once, and the attempt's SETs and releases, and a reader's removal of its
+// registration, came after.)
 func TestRealCloseWaitsForAStartedAcquisition(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -1016,13 +1016,18 @@ func TestRealLeadershipUntilZeroOnceResignBegins(t *testing.T) {
 // An observer that closes the Client when it is told of an acquisition: the
 // moment between Do's acquisition and its fn.
 type closeOnAcquired struct {
-	c   atomic.Pointer[redlock.Client]
-	key string
+	c      atomic.Pointer[redlock.Client]
+	key    string
+	err    error         // Close's, once called
+	closed time.Duration // how long Close took
 }
 
 func (o *closeOnAcquired) Observe(_ context.Context, e observe.Event) {
 	if c := o.c.Load(); c != nil && e.Kind == observe.KindAcquired && e.Key == o.key {
-		_ = c.Close()
+		o.c.Store(nil)
+		start := time.Now()
+		o.err = c.Close()
+		o.closed = time.Since(start)
 	}
 }
 
@@ -1062,6 +1067,12 @@ func TestRealDoClosedBeforeFnDoesNotRunIt(t *testing.T) {
 			}
 			if !errors.Is(err, redlock.ErrClosed) {
 				t.Errorf("Do = %v, want ErrClosed", err)
+			}
+			// Close, called on the acquisition's own goroutine, does not
+			// wait for that acquisition (it would wait for itself until
+			// its bound, three node timeouts, and fail).
+			if obs.err != nil || obs.closed > 500*time.Millisecond {
+				t.Errorf("Close from the Observer took %v: %v", obs.closed, obs.err)
 			}
 		})
 	}

@@ -234,6 +234,23 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 		}
 		return false, t
 	}
+	if r.kind == observe.OpAcquire {
+		// An acquisition that Close has overtaken sends nothing. Counted
+		// before closed is read: either this sees Close, or Close, which
+		// sets closed and then waits for the count, waits for this round
+		// (and its node calls, counted before this count ends). Without
+		// it an attempt that passed its caller's check of closed (making
+		// its token, say) sent its round after Close had returned.
+		c.calls.Add(1)
+		defer c.calls.Done()
+		if c.closed.Load() {
+			t.causes = append(t.causes, errClosedBeforeSend)
+			if r.undoAll {
+				c.undoEvery(ctx, r) // an earlier round's state, as above
+			}
+			return false, t
+		}
+	}
 	if n == 1 && c.nodes[0].inline {
 		return c.fanoutInline(ctx, r, t) // no goroutine: see inline.go
 	}
@@ -358,6 +375,10 @@ vote:
 	take(false)
 	return won, t
 }
+
+// errClosedBeforeSend is the cause of an acquisition round that Close
+// overtook before it sent anything (fanout).
+var errClosedBeforeSend = fmt.Errorf("%w: the attempt was not sent", ErrClosed)
 
 // A fan is one round of fanout, as the nodes' parts share it. A node's
 // part runs on a goroutine of its own (run), or, for a round with an

@@ -67,13 +67,6 @@ type Client struct {
 	closed  atomic.Bool   // Close has been called
 	closing chan struct{} // closed by Close: wakes every waiting call (engine.go)
 	closers closers       // what Close must end: leaderships, Do loops
-
-	// acquiring counts the acquisitions running (acquireLoop), and the
-	// holds (Do, Campaign) between their acquisition and their closer's
-	// registration: Close waits for them too, since one that has checked
-	// closed but not yet counted its node calls would send them after
-	// Close returned.
-	acquiring inflight
 }
 
 // inflight counts running node calls. Unlike a sync.WaitGroup it may be

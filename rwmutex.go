@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -288,6 +289,7 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 		key: m.key, wake: wake, tries: tries,
 		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
 			var mark time.Duration
+			wasMarked := marked
 			if intent != "" && a.pause >= 0 {
 				mark = a.pause + intentReach*c.nodeTimeout
 				marked = true
@@ -314,8 +316,11 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 				}
 			}
 			l, held, err := m.acquire(ctx, ttl, write, intent, mark, a.id, settled)
-			if err == nil && settled != nil {
+			switch {
+			case err == nil && settled != nil:
 				marked = false // removed as settled says, not by giveUp
+			case err != nil && errors.Is(err, errClosedBeforeSend):
+				marked = wasMarked // this attempt left nothing on the nodes
 			}
 			return l, held, err
 		},

@@ -383,10 +383,8 @@ func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 	if fn == nil {
 		return invalid("nil function")
 	}
-	s.client.acquiring.Add(1) // until holdLease has registered with Close (Client.acquiring)
 	p, err := s.Acquire(ctx, ttl)
 	if err != nil {
-		s.client.acquiring.Done()
 		return err
 	}
 	return s.client.holdLease(ctx, context.WithValue(ctx, heldKey{}, p), p, ttl, fn, p.Unlock, nil)
