@@ -5,6 +5,7 @@ package benchkit
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -177,4 +178,91 @@ var runID atomic.Int64
 
 func keyPrefix(b *testing.B) string {
 	return "bench:" + b.Name() + ":" + strconv.FormatInt(runID.Add(1), 10) + ":"
+}
+
+// Paired measures ops side by side in time: b.N rounds, in each of which
+// every op runs alone for one slice, in an order that rotates from round to
+// round, from k goroutines over distinct keys. It reports each op's
+// successful operations per second over all rounds ("okops/s-<name>"), and
+// for each later op the median and the lowest of its per-round ratios to
+// the first ("x<name>-p50", "x<name>-min").
+//
+// A shared machine changes speed from one second to the next, by more than
+// the ratios this suite measures: on a 2-vCPU machine, consecutive
+// half-second runs of one case ranged over 2× (docs/benchmarks.md). Cases
+// run one after the other compare different moments; a round here
+// compares its ops within about a second, so the moments cancel out of its
+// ratio, and b.N rounds give its spread.
+//
+// Each slice counts the operations that succeed between warm and warm+run
+// after its goroutines start: not the first operations, which start
+// together, nor those in flight at its end, whose latency would count for
+// the slower op. Each slice starts after a collection, so that one op's
+// garbage is not collected in the other's time. The goroutines then finish their operations before the
+// next slice starts.
+func Paired(b *testing.B, names []string, ops []Op, k int, warm, run time.Duration) {
+	if len(ops) < 2 || len(names) != len(ops) || k < 1 {
+		b.Fatalf("benchkit.Paired: %d names, %d ops, %d goroutines", len(names), len(ops), k)
+	}
+	prefix := keyPrefix(b)
+	counts := make([]int64, len(ops))
+	ratios := make([][]float64, len(ops))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for round := 0; round < b.N; round++ {
+		perSec := make([]float64, len(ops))
+		for j := range ops {
+			i := (round + j) % len(ops)
+			runtime.GC() // the last slice's garbage is not this one's to collect
+			n := slice(ops[i], prefix+strconv.Itoa(round)+":"+strconv.Itoa(i)+":", k, warm, run)
+			counts[i] += n
+			perSec[i] = float64(n) / run.Seconds()
+		}
+		for i := 1; i < len(ops); i++ {
+			if perSec[0] > 0 {
+				ratios[i] = append(ratios[i], perSec[i]/perSec[0])
+			}
+		}
+	}
+	b.StopTimer()
+	total := float64(b.N) * run.Seconds()
+	for i, name := range names {
+		b.ReportMetric(float64(counts[i])/total, "okops/s-"+name)
+		if rs := ratios[i]; len(rs) > 0 {
+			slices.Sort(rs)
+			b.ReportMetric(rs[len(rs)/2], "x"+name+"-p50")
+			b.ReportMetric(rs[0], "x"+name+"-min")
+		}
+	}
+}
+
+// slice runs op from k goroutines on keys under prefix for warm+run, and
+// returns how many succeeded in the last run of it; see Paired.
+func slice(op Op, prefix string, k int, warm, run time.Duration) int64 {
+	ctx := context.Background()
+	var (
+		wg         sync.WaitGroup
+		next, good atomic.Int64
+		counting   atomic.Bool
+		stop       atomic.Bool
+	)
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				err := op(ctx, prefix+strconv.FormatInt(next.Add(1), 10))
+				if err == nil && counting.Load() && !stop.Load() {
+					good.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(warm)
+	counting.Store(true)
+	time.Sleep(run)
+	stop.Store(true)
+	n := good.Load()
+	wg.Wait()
+	return n
 }

@@ -188,6 +188,15 @@ func worst(r results, a, b, unit string) (float64, int) {
 	return w, n
 }
 
+// lowest is the lowest of name's values of unit over its repetitions.
+func lowest(r results, name, unit string) (float64, bool) {
+	vs := r[name][unit]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	return slices.Min(vs), true
+}
+
 // inUnits is name's unit over its yardstick unit, both medians of the same
 // benchmark: a hand-over in round trips.
 func inUnits(r results, name, unit, yardstick string) (float64, bool, string) {
@@ -222,6 +231,20 @@ func report(w io.Writer, root, peer results, ceil float64, nodes int) {
 		add(d+" at 64 goroutines: worst repetition", true, 4, w, n > 0, fmt.Sprintf("%d repetitions, paired in order", n))
 	}
 
+	// The same, paired in time (BenchmarkPaired): each repetition is b.N
+	// rounds of redsync and redlock in alternate slices of 0.3 s, so that
+	// a change of the machine's speed between two cases does not enter
+	// their ratio. The median of the repetitions' median rounds, and the
+	// lowest round of all.
+	for _, d := range []string{"redigo", "goredis", "rueidis", "valkeygo"} {
+		name := "Paired/driver=" + d + "/N=5/p=32"
+		r, ok := peer.median(name, "xredlock-p50")
+		add(d+" at 64 goroutines, paired rounds: median against redsync", true, 5, r, ok,
+			fmt.Sprintf("%d repetitions", len(peer[name]["xredlock-p50"])))
+		w, okw := lowest(peer, name, "xredlock-min")
+		add(d+" at 64 goroutines, paired rounds: lowest round", true, 4, w, okw, "")
+	}
+
 	// The ceiling and the 512 callers from the same nodes (BenchmarkCeiling),
 	// or else the sweep against a ceiling measured apart (-ceiling).
 	if frac, okf := peer.median("Ceiling/N=5/callers=512/impl=redlock", "of-ceiling"); okf {
@@ -242,6 +265,13 @@ func report(w io.Writer, root, peer results, ceil float64, nodes int) {
 	add("uncontended, N=5: time against redsync", false, 0.85, r, ok, d)
 	r, ok, d = ratio(peer, "Redislock/N=1/serial/impl=redlock", peer, "Redislock/N=1/serial/impl=redislock", "sec/op")
 	add("N=1, go-redis: time against bsm/redislock", false, 1.0, r, ok, d)
+	// Paired in time: redlock's ops/s over redislock's per round, as time.
+	if x, okx := peer.median("Paired/redislock/N=1/serial", "xredlock-p50"); okx && x > 0 {
+		add("N=1, go-redis, paired rounds: time against bsm/redislock", false, 1.0, 1/x, true,
+			fmt.Sprintf("median round: redlock %.3f× redislock's ops/s", x))
+	} else {
+		add("N=1, go-redis, paired rounds: time against bsm/redislock", false, 1.0, 0, false, "")
+	}
 	r, ok, d = ratio(root, "Parallel/N=1/p=1/impl=floor", root, "Parallel/N=1/p=1/impl=redlock", "ops/s")
 	add("two goroutines, one node: floor's ops/s over ours", false, 1.10, r, ok, d)
 	r, ok, d = ratio(peer, "Handover/N=5/w=8/impl=redlock", peer, "Handover/N=5/w=8/impl=redsync", "handovers/s")
