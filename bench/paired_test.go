@@ -14,15 +14,17 @@ import (
 )
 
 // Slices of BenchmarkPaired: each op counts its successes for pairedRun
-// after pairedWarm (benchkit.Paired). A round of two ops is about 0.7 s.
+// after pairedWarm (benchkit.Paired), which is five of redsync's median
+// latencies at 64 goroutines here (17 to 19 ms). A round of two ops is
+// about 0.85 s.
 const (
-	pairedWarm = 50 * time.Millisecond
+	pairedWarm = 100 * time.Millisecond
 	pairedRun  = 300 * time.Millisecond
 )
 
-// BenchmarkPaired: the ratios of issue 22's targets measured side by side
-// in time (benchkit.Paired), one round per b.N; run it with -benchtime Nx
-// for N rounds. Each driver at 64 goroutines (p=32 as in BenchmarkDrivers:
+// BenchmarkPaired: the ratios of issue 22's targets measured alternately,
+// in short slices (benchkit.Paired), one round per b.N; run it with
+// -benchtime Nx for N rounds (make bench's -benchtime 1s gives two). Each driver at 64 goroutines (p=32 as in BenchmarkDrivers:
 // 32 × GOMAXPROCS), redsync then redlock on the same client objects and
 // five nodes; and N=1, one caller, bsm/redislock then redlock on one
 // go-redis client, as in BenchmarkRedislock. The metric xredlock-p50 is

@@ -180,36 +180,65 @@ func keyPrefix(b *testing.B) string {
 	return "bench:" + b.Name() + ":" + strconv.FormatInt(runID.Add(1), 10) + ":"
 }
 
-// Paired measures ops side by side in time: b.N rounds, in each of which
-// every op runs alone for one slice, in an order that rotates from round to
-// round, from k goroutines over distinct keys. It reports each op's
-// successful operations per second over all rounds ("okops/s-<name>"), and
-// for each later op the median and the lowest of its per-round ratios to
-// the first ("x<name>-p50", "x<name>-min").
+// Paired measures ops alternately, in short slices, so that each round's
+// ops see nearly the same machine: b.N rounds, in each of which every op
+// runs alone for one slice, in an order that rotates from round to round,
+// from k goroutines over distinct keys. It reports each op's successful
+// operations per second over all rounds ("okops/s-<name>"), and for each
+// later op the median and the lowest of its per-round ratios to the first
+// ("x<name>-p50", "x<name>-min"). ns/op is the length of a round; B/op
+// and allocs/op, which would count every op of a round together, are not
+// reported.
 //
 // A shared machine changes speed from one second to the next, by more than
 // the ratios this suite measures: on a 2-vCPU machine, consecutive
-// half-second runs of one case ranged over 2× (docs/benchmarks.md). Cases
-// run one after the other compare different moments; a round here
-// compares its ops within about a second, so the moments cancel out of its
-// ratio, and b.N rounds give its spread.
+// half-second runs of one case ranged over nearly 2× (docs/benchmarks.md).
+// Cases run one after the other compare different moments; a round here
+// compares its ops within about a second. A single round is still one
+// short slice of each, and noisy; the median of b.N rounds is the figure.
 //
 // Each slice counts the operations that succeed between warm and warm+run
 // after its goroutines start: not the first operations, which start
-// together, nor those in flight at its end, whose latency would count for
-// the slower op. Each slice starts after a collection, so that one op's
-// garbage is not collected in the other's time. The goroutines then finish their operations before the
-// next slice starts.
+// together, nor those in flight at its end, whose latency would count
+// against the slower op. Each slice starts after a collection, so that one
+// op's garbage is not collected in the other's time; what an op leaves
+// running once its calls have returned (a release still on its way to the
+// last nodes) still overlaps the next slice's start. The goroutines finish
+// their operations before the next slice starts, so an op that never
+// returns stops the benchmark. A round in which the first op succeeded not
+// once gives no ratio.
 func Paired(b *testing.B, names []string, ops []Op, k int, warm, run time.Duration) {
 	if len(ops) < 2 || len(names) != len(ops) || k < 1 {
 		b.Fatalf("benchkit.Paired: %d names, %d ops, %d goroutines", len(names), len(ops), k)
 	}
-	prefix := keyPrefix(b)
-	counts := make([]int64, len(ops))
-	ratios := make([][]float64, len(ops))
-	b.ReportAllocs()
 	b.ResetTimer()
-	for round := 0; round < b.N; round++ {
+	res := pairedRounds(b.N, keyPrefix(b), ops, k, warm, run, runSlice)
+	b.StopTimer()
+	for i, name := range names {
+		b.ReportMetric(res.okPerSec[i], "okops/s-"+name)
+		if i > 0 && len(res.ratios[i]) > 0 {
+			b.ReportMetric(median(res.ratios[i]), "x"+name+"-p50")
+			b.ReportMetric(slices.Min(res.ratios[i]), "x"+name+"-min")
+		}
+	}
+}
+
+// pairedResult is what pairedRounds measured: each op's successes per
+// second over all rounds, and each later op's per-round ratios to the
+// first, in round order.
+type pairedResult struct {
+	okPerSec []float64
+	ratios   [][]float64
+}
+
+// A slicer runs one slice of op and returns its successes (runSlice).
+type slicer func(op Op, prefix string, k int, warm, run time.Duration) int64
+
+// pairedRounds runs the rounds of Paired, each slice by slice.
+func pairedRounds(rounds int, prefix string, ops []Op, k int, warm, run time.Duration, slice slicer) pairedResult {
+	counts := make([]int64, len(ops))
+	res := pairedResult{okPerSec: make([]float64, len(ops)), ratios: make([][]float64, len(ops))}
+	for round := range rounds {
 		perSec := make([]float64, len(ops))
 		for j := range ops {
 			i := (round + j) % len(ops)
@@ -220,25 +249,29 @@ func Paired(b *testing.B, names []string, ops []Op, k int, warm, run time.Durati
 		}
 		for i := 1; i < len(ops); i++ {
 			if perSec[0] > 0 {
-				ratios[i] = append(ratios[i], perSec[i]/perSec[0])
+				res.ratios[i] = append(res.ratios[i], perSec[i]/perSec[0])
 			}
 		}
 	}
-	b.StopTimer()
-	total := float64(b.N) * run.Seconds()
-	for i, name := range names {
-		b.ReportMetric(float64(counts[i])/total, "okops/s-"+name)
-		if rs := ratios[i]; len(rs) > 0 {
-			slices.Sort(rs)
-			b.ReportMetric(rs[len(rs)/2], "x"+name+"-p50")
-			b.ReportMetric(rs[0], "x"+name+"-min")
-		}
+	for i, n := range counts {
+		res.okPerSec[i] = float64(n) / (float64(max(rounds, 1)) * run.Seconds())
 	}
+	return res
 }
 
-// slice runs op from k goroutines on keys under prefix for warm+run, and
-// returns how many succeeded in the last run of it; see Paired.
-func slice(op Op, prefix string, k int, warm, run time.Duration) int64 {
+// median returns the median of vs (the mean of the middle two for an even
+// count), without reordering vs.
+func median(vs []float64) float64 {
+	s := slices.Sorted(slices.Values(vs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// runSlice runs op from k goroutines on keys under prefix for warm+run,
+// and returns how many calls succeeded in the last run of it; see Paired.
+func runSlice(op Op, prefix string, k int, warm, run time.Duration) int64 {
 	ctx := context.Background()
 	var (
 		wg         sync.WaitGroup

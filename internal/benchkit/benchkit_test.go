@@ -3,78 +3,110 @@ package benchkit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// Paired counts only the operations that succeed, rotates the order of the
-// ops, gives every op distinct keys, and reports each later op's ratio to
-// the first.
-func TestPaired(t *testing.T) {
+// pairedRounds rotates the order of the ops from round to round, gives
+// each slice keys of its own, and computes each op's rate and each later
+// op's per-round ratios to the first, leaving out a round in which the
+// first succeeded not once.
+func TestPairedRounds(t *testing.T) {
+	counts := [][]int64{ // successes by op, then round
+		{100, 100, 0, 100},
+		{50, 200, 30, 75},
+	}
 	var (
-		mu   sync.Mutex
-		seen = map[string]bool{}
-		dup  string
+		order    []string // "round:op", in the order the slices ran
+		prefixes = map[string]bool{}
 	)
-	record := func(key string) {
+	fake := func(op Op, prefix string, k int, warm, run time.Duration) int64 {
+		if prefixes[prefix] {
+			t.Errorf("prefix %q given twice", prefix)
+		}
+		prefixes[prefix] = true
+		f := strings.Split(strings.TrimSuffix(prefix, ":"), ":")
+		round, i := f[len(f)-2], f[len(f)-1]
+		order = append(order, round+":"+i)
+		var r, o int
+		fmt.Sscan(round, &r)
+		fmt.Sscan(i, &o)
+		return counts[o][r]
+	}
+	nop := func(context.Context, string) error { return nil }
+	res := pairedRounds(4, "p:", []Op{nop, nop}, 2, time.Millisecond, 2*time.Second, fake)
+
+	if want := []string{"0:0", "0:1", "1:1", "1:0", "2:0", "2:1", "3:1", "3:0"}; !slices.Equal(order, want) {
+		t.Errorf("slices ran in the order %v, want %v", order, want)
+	}
+	if want := []float64{300.0 / 8, 355.0 / 8}; !slices.Equal(res.okPerSec, want) {
+		t.Errorf("okPerSec = %v, want %v (successes over rounds × run)", res.okPerSec, want)
+	}
+	if want := []float64{0.5, 2, 0.75}; !slices.Equal(res.ratios[1], want) {
+		t.Errorf("ratios = %v, want %v", res.ratios[1], want)
+	}
+	if got := median(res.ratios[1]); got != 0.75 {
+		t.Errorf("median = %v, want 0.75", got)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		vs   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{4, 1}, 2.5},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{8, 1, 2, 4}, 3},
+	} {
+		in := slices.Clone(tc.vs)
+		if got := median(in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.vs, got, tc.want)
+		}
+		if !slices.Equal(in, tc.vs) {
+			t.Errorf("median reordered its input: %v", in)
+		}
+	}
+}
+
+// runSlice counts only the calls that succeed within its window: not
+// those of its warm-up, nor failures; and its keys are distinct.
+func TestRunSlice(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		seen  = map[string]bool{}
+		dup   string
+		total atomic.Int64 // successes, counted or not
+		calls atomic.Int64
+	)
+	op := func(ctx context.Context, key string) error {
 		mu.Lock()
-		defer mu.Unlock()
 		if seen[key] && dup == "" {
 			dup = key
 		}
 		seen[key] = true
-	}
-	ok := func(ctx context.Context, key string) error {
-		record(key)
+		mu.Unlock()
 		time.Sleep(100 * time.Microsecond)
+		if calls.Add(1)%3 != 0 {
+			return errors.New("refused") // two calls in three
+		}
+		total.Add(1)
 		return nil
 	}
-	fails := func(ctx context.Context, key string) error {
-		record(key)
-		time.Sleep(100 * time.Microsecond)
-		return errors.New("refused")
-	}
-	first := map[string]string{} // each round's first op: the key's third field from the end
-	track := func(name string, op Op) Op {
-		return func(ctx context.Context, key string) error {
-			f := strings.Split(key, ":")
-			mu.Lock()
-			if round := strings.Join(f[:len(f)-2], ":"); first[round] == "" {
-				first[round] = name
-			}
-			mu.Unlock()
-			return op(ctx, key)
-		}
-	}
-	res := testing.Benchmark(func(b *testing.B) {
-		Paired(b, []string{"a", "b"}, []Op{track("a", ok), track("b", fails)}, 2, 2*time.Millisecond, 10*time.Millisecond)
-	})
-	if res.N < 2 {
-		t.Fatalf("%d rounds", res.N)
-	}
-	if res.Extra["okops/s-a"] <= 0 {
-		t.Errorf("okops/s-a = %v, want > 0", res.Extra["okops/s-a"])
-	}
-	if got := res.Extra["okops/s-b"]; got != 0 {
-		t.Errorf("okops/s-b = %v for an op that always fails, want 0", got)
-	}
-	if got, ok := res.Extra["xb-p50"]; !ok || got != 0 {
-		t.Errorf("xb-p50 = %v (reported %v), want 0", got, ok)
+	// The warm-up is twice the window: about a third of the successes
+	// fall in the window, and counting the warm-up's too would count
+	// nearly all, as counting failures would count more than all.
+	n := runSlice(op, "s:", 4, 80*time.Millisecond, 40*time.Millisecond)
+	if n <= 0 || n > total.Load()*3/4 {
+		t.Errorf("counted %d of %d successes: want some, and not those of the warm-up or failures", n, total.Load())
 	}
 	if dup != "" {
 		t.Errorf("key %q given twice", dup)
-	}
-	a, b := 0, 0
-	for _, name := range first {
-		if name == "a" {
-			a++
-		} else {
-			b++
-		}
-	}
-	if a == 0 || b == 0 {
-		t.Errorf("first in a round: a %d times, b %d times; want both", a, b)
 	}
 }
