@@ -1166,3 +1166,72 @@ func TestRealCloseDuringRWWriterAttemptWithFrozenNode(t *testing.T) {
 	_ = servers[2].Thaw()
 	_ = reader.Unlock(ctx)
 }
+
+// closeOnKind closes its Client the first time it is told of an event of
+// kind, and records what Close returned and how long it took.
+type closeOnKind struct {
+	kind observe.Kind
+	c    atomic.Pointer[redlock.Client]
+	done chan struct{} // closed once Close has returned
+	err  error
+	took time.Duration
+}
+
+func (o *closeOnKind) Observe(_ context.Context, e observe.Event) {
+	if e.Kind != o.kind {
+		return
+	}
+	if c := o.c.Swap(nil); c != nil {
+		start := time.Now()
+		o.err = c.Close()
+		o.took = time.Since(start)
+		close(o.done)
+	}
+}
+
+// Close called from an Observer returns. From the events reported on the
+// caller's goroutine it returns at once, with nil. KindNode and KindSettled
+// are reported from inside the node call that Close waits for: from those
+// it waits out its bound, three node timeouts, and returns an error
+// wrapping ErrNodeTimeout, as observe.Observer documents.
+func TestRealCloseFromAnObserver(t *testing.T) {
+	addrs := realNodes(t, 3)
+	const nodeTimeout = 200 * time.Millisecond
+	for _, tc := range []struct {
+		kind   observe.Kind
+		inside bool // reported inside a node call
+	}{
+		{observe.KindAttempt, false},
+		{observe.KindNode, true},
+		{observe.KindAcquired, false},
+		{observe.KindSettled, true},
+		{observe.KindExtended, false},
+		{observe.KindReleased, false},
+	} {
+		t.Run(tc.kind.String(), func(t *testing.T) {
+			obs := &closeOnKind{kind: tc.kind, done: make(chan struct{})}
+			c := realClient(t, addrs, redlock.WithObserver(obs), redlock.WithNodeTimeout(nodeTimeout))
+			obs.c.Store(c)
+			ctx := context.Background()
+			if l, err := c.Lock(ctx, "close-from-"+tc.kind.String(), 5*time.Second); err == nil {
+				_ = l.Extend(ctx, 5*time.Second)
+				_ = l.Unlock(ctx)
+			}
+			select {
+			case <-obs.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close, called from the Observer, has not returned after 10s")
+			}
+			if tc.inside {
+				if !errors.Is(obs.err, redlock.ErrNodeTimeout) || obs.took > 3*nodeTimeout+time.Second {
+					t.Errorf("Close from a %v event: %v after %v, want ErrNodeTimeout after its bound of %v",
+						tc.kind, obs.err, obs.took, 3*nodeTimeout)
+				}
+				return
+			}
+			if obs.err != nil || obs.took > 500*time.Millisecond {
+				t.Errorf("Close from a %v event: %v after %v, want nil at once", tc.kind, obs.err, obs.took)
+			}
+		})
+	}
+}

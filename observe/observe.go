@@ -22,6 +22,14 @@ import (
 // context with the same values: trace spans and the like), and the Event
 // is passed by value; Observe may keep it. A Client without an Observer
 // builds no events at all.
+//
+// Observe may call the Client's Close, but KindNode and KindSettled are
+// reported from inside the node call that they describe, and Close waits
+// for node calls: called from one of those, Close waits out its bound
+// (three node timeouts) and returns an error wrapping ErrNodeTimeout, and
+// the node's answer counts as a timeout if its round's deadline passes
+// meanwhile. From KindAttempt, KindAcquired, KindExtended and KindReleased
+// it returns at once.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
