@@ -1190,10 +1190,11 @@ func (o *closeOnKind) Observe(_ context.Context, e observe.Event) {
 }
 
 // Close called from an Observer returns. From the events reported on the
-// caller's goroutine it returns at once, with nil. KindNode and KindSettled
-// are reported from inside the node call that Close waits for: from those
-// it waits out its bound, three node timeouts, and returns an error
-// wrapping ErrNodeTimeout, as observe.Observer documents.
+// caller's goroutine, or by Do's keeper once it has lost, it returns at
+// once, with nil. KindNode and KindSettled are reported from inside the
+// node call that Close waits for: from those it waits out its bound, three
+// node timeouts, and returns an error wrapping ErrNodeTimeout, as
+// observe.Observer documents.
 func TestRealCloseFromAnObserver(t *testing.T) {
 	addrs := realNodes(t, 3)
 	const nodeTimeout = 200 * time.Millisecond
@@ -1207,15 +1208,58 @@ func TestRealCloseFromAnObserver(t *testing.T) {
 		{observe.KindSettled, true},
 		{observe.KindExtended, false},
 		{observe.KindReleased, false},
+		{observe.KindNotAcquired, false},
+		{observe.KindExtendFailed, false},
+		{observe.KindLost, false},
 	} {
 		t.Run(tc.kind.String(), func(t *testing.T) {
 			obs := &closeOnKind{kind: tc.kind, done: make(chan struct{})}
 			c := realClient(t, addrs, redlock.WithObserver(obs), redlock.WithNodeTimeout(nodeTimeout))
 			obs.c.Store(c)
 			ctx := context.Background()
-			if l, err := c.Lock(ctx, "close-from-"+tc.kind.String(), 5*time.Second); err == nil {
-				_ = l.Extend(ctx, 5*time.Second)
-				_ = l.Unlock(ctx)
+			key := "close-from-" + tc.kind.String()
+			switch tc.kind {
+			case observe.KindNotAcquired: // the key is taken
+				for _, a := range addrs {
+					if _, err := realConn(t, a).Do("SET", key, "another holder's token"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, _ = c.TryLock(ctx, key, 5*time.Second)
+			case observe.KindExtendFailed, observe.KindLost:
+				// Do's lock, deleted behind its back: its next extension
+				// fails and Do has lost it.
+				go func() {
+					_ = c.Do(ctx, key, 600*time.Millisecond, func(ctx context.Context) error {
+						<-ctx.Done()
+						return nil
+					})
+				}()
+				conns := []redis.Conn{realConn(t, addrs[0]), realConn(t, addrs[1]), realConn(t, addrs[2])}
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+					held := 0
+					for _, conn := range conns {
+						if realGet(t, conn, key) != "" {
+							held++
+						}
+					}
+					if held >= 2 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("Do has not taken the key after 5s")
+					}
+				}
+				for _, conn := range conns {
+					if _, err := conn.Do("DEL", key); err != nil {
+						t.Fatal(err)
+					}
+				}
+			default:
+				if l, err := c.Lock(ctx, key, 5*time.Second); err == nil {
+					_ = l.Extend(ctx, 5*time.Second)
+					_ = l.Unlock(ctx)
+				}
 			}
 			select {
 			case <-obs.done:

@@ -24,11 +24,12 @@ const (
 
 // BenchmarkPaired: the ratios of issue 22's targets measured alternately,
 // in short slices (benchkit.Paired), one round per b.N; run it with
-// -benchtime Nx for N rounds (make bench's -benchtime 1s gives two). Each driver at 64 goroutines (p=32 as in BenchmarkDrivers:
-// 32 × GOMAXPROCS), redsync then redlock on the same client objects and
-// five nodes; and N=1, one caller, bsm/redislock then redlock on one
-// go-redis client, as in BenchmarkRedislock. The metric xredlock-p50 is
-// the median of the rounds' redlock/first ratios of successful ops/s.
+// -benchtime Nx for N rounds (make bench's -benchtime 1s gives two). Each
+// driver at 64 goroutines (p=32 as in BenchmarkDrivers: 32 × GOMAXPROCS),
+// redsync and redlock on the same client objects and five nodes; and N=1,
+// one caller, bsm/redislock and redlock on one go-redis client, as in
+// BenchmarkRedislock. The metric xredlock-p50 is the median of the rounds'
+// ratios of redlock's successful ops/s to the other's.
 func BenchmarkPaired(b *testing.B) {
 	addrs := startNodes(b, 5)
 	for _, d := range drivers {

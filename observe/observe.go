@@ -28,8 +28,9 @@ import (
 // for node calls: called from one of those, Close waits out its bound
 // (three node timeouts) and returns an error wrapping ErrNodeTimeout, and
 // the node's answer counts as a timeout if its round's deadline passes
-// meanwhile. From KindAttempt, KindAcquired, KindExtended and KindReleased
-// it returns at once.
+// meanwhile. From KindAttempt, KindAcquired, KindNotAcquired,
+// KindExtended, KindExtendFailed, KindReleased and KindLost it returns at
+// once.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
