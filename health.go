@@ -130,9 +130,10 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 // simulation (faulty links, paused processes) sees a mutex's calls outlast
 // two in some schedules, so three is the bound Close keeps. If calls are
 // still running then, it returns an error wrapping ErrNodeTimeout;
-// otherwise nil; called from an Observer's KindNode or KindSettled event,
-// it always waits out the bound (observe.Observer). Close does not close the
-// pools: they belong to the caller. It is safe to call more than once; a
+// otherwise nil; called from an Observer's KindNode event, or a
+// KindSettled one reported from a node call, it always waits out the bound
+// (observe.Observer). Close does not close the pools: they belong to the
+// caller. It is safe to call more than once; a
 // nil or zero Client returns an error wrapping ErrInvalid.
 func (c *Client) Close() error {
 	// closeTimeouts is Close's bound in node timeouts: an attempt in

@@ -23,14 +23,15 @@ import (
 // is passed by value; Observe may keep it. A Client without an Observer
 // builds no events at all.
 //
-// Observe may call the Client's Close, but KindNode and KindSettled are
-// reported from inside the node call that they describe, and Close waits
-// for node calls: called from one of those, Close waits out its bound
-// (three node timeouts) and returns an error wrapping ErrNodeTimeout, and
-// the node's answer counts as a timeout if its round's deadline passes
-// meanwhile. From KindAttempt, KindAcquired, KindNotAcquired,
-// KindExtended, KindExtendFailed, KindReleased and KindLost it returns at
-// once.
+// Observe may call the Client's Close, but KindNode is reported from
+// inside the node call that it describes, and so is KindSettled when the
+// last node answers after the acquisition or extension was won; Close
+// waits for node calls. Called from such an event, Close waits out its
+// bound (three node timeouts) and returns an error wrapping
+// ErrNodeTimeout, and the node's answer counts as a timeout if its round's
+// deadline passes meanwhile. From KindAttempt, KindAcquired,
+// KindNotAcquired, KindExtended, KindExtendFailed, KindReleased and
+// KindLost it returns at once.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
