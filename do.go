@@ -145,6 +145,10 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 		case held && ended.expired:
 			// Validity ran out after fn returned, before stop was seen.
 			ended.err = nil
+		case held && errors.Is(ended.err, ErrClosed):
+			// Close came after fn returned, before stop was seen: fn ran
+			// under the lock, and Close's release is no loss.
+			ended.err = nil
 		case !held && errors.Is(context.Cause(fnCtx), ErrClosed):
 			ended.err = errClosedWhileHeld // Close released it before fn returned
 		case !held && ended.err == nil:

@@ -719,9 +719,12 @@ var errNilLeadership = invalid("nil *Leadership: the Campaign that returned it f
 //   - an error wrapping ErrNotLeader once a Resign has released it, and
 //     ErrInvalid for a nil context or the nil *Leadership; nothing is sent.
 //
-// Resign ends an extension in flight at once (it neither waits for it nor
-// for a re-seed it would make), then releases: one node timeout, or two
-// with one node, whose round in flight ends only at its node deadline.
+// Resign releases at once, overtaking an extension in flight (it waits
+// neither for it nor for a re-seed it would make), and returns once the
+// release and the background extender have ended: one node timeout, or
+// two with one node, whose round in flight ends only at its node deadline.
+// A Close that comes meanwhile leaves the release to Resign and waits for
+// it.
 func (ld *Leadership) Resign(ctx context.Context) error {
 	if ld == nil || ld.lock == nil {
 		return errNilLeadership
@@ -736,16 +739,36 @@ func (ld *Leadership) Resign(ctx context.Context) error {
 	}
 	first := !ld.resigned
 	ld.resigned = true
+	// Counted among the calls that Close waits for, until the release has
+	// been sent and answered: Close, finding resigned set, leaves the
+	// release to this Resign (closeByClient), and must not return before it.
+	c := ld.election.client
+	c.calls.Add(1)
 	ld.mu.Unlock()
+	counted := true
+	defer func() {
+		if counted {
+			c.calls.Done()
+		}
+	}()
 
 	if first {
 		ld.cancel(errResigned)
 		close(ld.stop)
 	}
-	<-ld.ended
-	err := ld.lock.Unlock(ctx)
-	if ld.lost != nil {
-		err = ld.lost
+	// The release goes out at once, as Close's does (closeByClient): it
+	// overtakes an extension in flight (Lock.unlock). Waiting for the
+	// keeper first would make a Close called from the keeper's own
+	// Observer event wait for itself, through this Resign's count.
+	err := ld.lock.unlockThen(ctx, func() { counted = false; c.calls.Done() })
+	<-ld.ended // the keeper and the publisher have returned
+	// A loss counts only if it came before this Resign: the keeper then
+	// cancelled ld.ctx first, with the loss as its cause. One that the
+	// keeper saw after (Close, or a refused extension, while it wound
+	// down) came after the leadership had ended; the release's own result
+	// says the rest.
+	if cause := context.Cause(ld.ctx); errors.Is(cause, ErrLockLost) {
+		err = cause
 	}
 	if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrExpired) {
 		ld.mu.Lock()

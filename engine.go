@@ -134,14 +134,38 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		last    error         // the last attempt's error
 		holder  string        // the last token seen holding the key on a quorum
 	)
+	// A loop with a giveUp (an RWMutex's waiter, whose attempts leave a
+	// wait mark) is counted among the calls that Close waits for, from
+	// here until giveUp has removed the mark: otherwise Close, finding no
+	// node call running while the loop sleeps in its pause, could return
+	// before the loop woke and sent the removal, and a program exiting
+	// then left the mark for its ttl. The count is let go while the loop
+	// reports to the Observer, so that Close called from those events
+	// does not wait for itself.
+	counted := a.giveUp != nil
+	if counted {
+		c.calls.Add(1)
+	}
 	defer func() {
+		if counted {
+			c.calls.Done()
+		}
 		if wt != nil {
 			c.wake.unregister(wt)
 		}
 	}()
+	report := func(e observe.Event) {
+		if counted {
+			c.calls.Done()
+			defer c.calls.Add(1)
+		}
+		c.obs.Observe(ctx, e)
+	}
 	giveUp := func(try int, err error) (*Lock, error) {
 		if a.giveUp != nil {
 			a.giveUp(ctx)
+			counted = false
+			c.calls.Done()
 		}
 		return nil, c.notAcquired(ctx, id, a.key, try, began, err)
 	}
@@ -173,7 +197,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			info.pause = delay
 		}
 		if c.obs != nil {
-			c.obs.Observe(ctx, observe.Event{Kind: observe.KindAttempt, ID: id, Key: a.key, Try: label, Woken: woken})
+			report(observe.Event{Kind: observe.KindAttempt, ID: id, Key: a.key, Try: label, Woken: woken})
 		}
 		sent := time.Now()
 		if waiting.IsZero() {
@@ -192,7 +216,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			return giveUp(label, fmt.Errorf("%w: the acquisition won after Close and was released", ErrClosed))
 		case err == nil:
 			if c.obs != nil {
-				c.obs.Observe(ctx, observe.Event{Kind: observe.KindAcquired, ID: id, Key: a.key, Try: label, Woken: woken, Wait: time.Since(began),
+				report(observe.Event{Kind: observe.KindAcquired, ID: id, Key: a.key, Try: label, Woken: woken, Wait: time.Since(began),
 					Held: l.Held(), Margin: l.Margin(), Quorum: need, Token: l.fence})
 			}
 			return l, nil
@@ -222,7 +246,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		case !woken:
 			next = time.Now().Add(delay)
 			if c.obs != nil {
-				c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: try, Delay: delay, Held: bits.OnesCount64(held), Err: err})
+				report(observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: try, Delay: delay, Held: bits.OnesCount64(held), Err: err})
 			}
 			try++
 			inPause, gapEnd = 0, time.Time{}
@@ -244,7 +268,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			}
 			gapEnd = sent.Add(max(rtt, time.Microsecond) << min(max(inPause, 1), 30))
 			if c.obs != nil {
-				c.obs.Observe(ctx, observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: label, Woken: true, Delay: time.Until(next),
+				report(observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: label, Woken: true, Delay: time.Until(next),
 					Held: bits.OnesCount64(held), Err: err})
 			}
 		}

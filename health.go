@@ -112,7 +112,9 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 //     node deadline, and if it wins, what it acquired is released;
 //   - leaderships resign (their Done closes, Err wraps ErrClosed and
 //     ErrLockLost) and Do loops stop extending, cancel fn's context with
-//     that cause and release their lock or permit, all at once;
+//     that cause and release their lock or permit, all at once; a
+//     leadership whose Resign has begun is left to that Resign, whose
+//     release Close waits for as for a node call;
 //   - every later call returns an error wrapping ErrClosed, Ping included,
 //     except Unlock, Release and Resign, which still send their release:
 //     nothing a closed Client held stays behind by its fault.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/observe"
+	"github.com/quorumlock/redlock/redigo"
 	"go.uber.org/goleak"
 )
 
@@ -1013,24 +1015,6 @@ func TestRealLeadershipUntilZeroOnceResignBegins(t *testing.T) {
 	<-resigned
 }
 
-// An observer that closes the Client when it is told of an acquisition: the
-// moment between Do's acquisition and its fn.
-type closeOnAcquired struct {
-	c      atomic.Pointer[redlock.Client]
-	key    string
-	err    error         // Close's, once called
-	closed time.Duration // how long Close took
-}
-
-func (o *closeOnAcquired) Observe(_ context.Context, e observe.Event) {
-	if c := o.c.Load(); c != nil && e.Kind == observe.KindAcquired && e.Key == o.key {
-		o.c.Store(nil)
-		start := time.Now()
-		o.err = c.Close()
-		o.closed = time.Since(start)
-	}
-}
-
 // Do whose lock Close released between the acquisition and fn does not run
 // fn: fn would run unprotected, as Do promises never to. It returns an error
 // wrapping ErrClosed, and the key is free. (Before the fix fn ran, with a
@@ -1057,7 +1041,8 @@ func TestRealDoClosedBeforeFnDoesNotRunIt(t *testing.T) {
 		}},
 	} {
 		t.Run(do.name, func(t *testing.T) {
-			obs := &closeOnAcquired{key: "closed:do"}
+			// Close at the acquisition: between Do's acquisition and its fn.
+			obs := &closeOnKind{kind: observe.KindAcquired, key: "closed:do", done: make(chan struct{})}
 			c := realClient(t, addrs, redlock.WithObserver(obs))
 			obs.c.Store(c)
 			ran := false
@@ -1071,8 +1056,8 @@ func TestRealDoClosedBeforeFnDoesNotRunIt(t *testing.T) {
 			// Close, called on the acquisition's own goroutine, does not
 			// wait for that acquisition (it would wait for itself until
 			// its bound, three node timeouts, and fail).
-			if obs.err != nil || obs.closed > 500*time.Millisecond {
-				t.Errorf("Close from the Observer took %v: %v", obs.closed, obs.err)
+			if obs.err != nil || obs.took > 500*time.Millisecond {
+				t.Errorf("Close from the Observer took %v: %v", obs.took, obs.err)
 			}
 		})
 	}
@@ -1168,23 +1153,29 @@ func TestRealCloseDuringRWWriterAttemptWithFrozenNode(t *testing.T) {
 }
 
 // closeOnKind closes its Client the first time it is told of an event of
-// kind, and records what Close returned and how long it took.
+// kind (for key, unless key is empty), and records what Close returned and
+// how long it took.
 type closeOnKind struct {
-	kind observe.Kind
-	c    atomic.Pointer[redlock.Client]
-	done chan struct{} // closed once Close has returned
-	err  error
-	took time.Duration
+	kind  observe.Kind
+	key   string
+	c     atomic.Pointer[redlock.Client]
+	after func()        // if set, runs right after Close returned
+	done  chan struct{} // closed once Close has returned
+	err   error
+	took  time.Duration
 }
 
 func (o *closeOnKind) Observe(_ context.Context, e observe.Event) {
-	if e.Kind != o.kind {
+	if e.Kind != o.kind || (o.key != "" && e.Key != o.key) {
 		return
 	}
 	if c := o.c.Swap(nil); c != nil {
 		start := time.Now()
 		o.err = c.Close()
 		o.took = time.Since(start)
+		if o.after != nil {
+			o.after()
+		}
 		close(o.done)
 	}
 }
@@ -1210,10 +1201,12 @@ func TestRealCloseFromAnObserver(t *testing.T) {
 	}{
 		{observe.KindAttempt, outside},
 		{observe.KindNode, inside},
+		{observe.KindRetry, outside},
 		{observe.KindAcquired, outside},
 		{observe.KindSettled, either},
 		{observe.KindExtended, outside},
 		{observe.KindReleased, outside},
+		{observe.KindReleaseFailed, outside},
 		{observe.KindNotAcquired, outside},
 		{observe.KindExtendFailed, outside},
 		{observe.KindLost, outside},
@@ -1225,13 +1218,30 @@ func TestRealCloseFromAnObserver(t *testing.T) {
 			ctx := context.Background()
 			key := "close-from-" + tc.kind.String()
 			switch tc.kind {
-			case observe.KindNotAcquired: // the key is taken
+			case observe.KindNotAcquired, observe.KindRetry: // the key is taken
 				for _, a := range addrs {
 					if _, err := realConn(t, a).Do("SET", key, "another holder's token"); err != nil {
 						t.Fatal(err)
 					}
 				}
-				_, _ = c.TryLock(ctx, key, 5*time.Second)
+				if tc.kind == observe.KindNotAcquired {
+					_, _ = c.TryLock(ctx, key, 5*time.Second)
+				} else { // Lock retries, and gives up on the closed Client
+					_, _ = c.Lock(ctx, key, 5*time.Second)
+				}
+			case observe.KindReleaseFailed: // the key, deleted behind the holder's back
+				l, err := c.Lock(ctx, key, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, a := range addrs {
+					if _, err := realConn(t, a).Do("DEL", key); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := l.Unlock(ctx); !errors.Is(err, redlock.ErrLockLost) {
+					t.Fatalf("Unlock of a deleted key = %v, want ErrLockLost", err)
+				}
 			case observe.KindExtendFailed, observe.KindLost:
 				// Do's lock, deleted behind its back: its next extension
 				// fails and Do has lost it.
@@ -1283,6 +1293,224 @@ func TestRealCloseFromAnObserver(t *testing.T) {
 			case !waited && !atOnce:
 				t.Errorf("Close from a %v event: %v after %v, want nil at once or ErrNodeTimeout after %v",
 					tc.kind, obs.err, obs.took, 3*nodeTimeout)
+			}
+		})
+	}
+}
+
+// Close that comes after Do's fn returned, with the lock valid, while an
+// extension is still in flight, is no loss: Do returns fn's nil, and fn's
+// cause is context.Canceled. (keep saw Close before it saw fn's return,
+// and Do reported the lock lost.) The Observer closes the Client when the
+// extension, cut short by fn's return, fails.
+func TestDoCloseAfterFnReturnedIsNoLoss(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	for i := range 10 {
+		nodes := newCluster(t, 3)
+		obs := &closeOnKind{kind: observe.KindExtendFailed, done: make(chan struct{})}
+		c := nodes.client(t, redlock.WithObserver(obs), redlock.WithNodeTimeout(time.Second))
+		obs.c.Store(c)
+		undo := redlock.SlowNodes(c, 0b111, 30*time.Millisecond) // each extension is in flight 30 ms
+		var fnCtx context.Context
+		err := c.Do(context.Background(), "after-fn", ttl, func(ctx context.Context) error {
+			fnCtx = ctx
+			time.Sleep(ttl/3 + 15*time.Millisecond) // returns with the first extension in flight
+			if ctx.Err() != nil {
+				t.Errorf("round %d: fn's context ended while the lock was held: %v", i, context.Cause(ctx))
+			}
+			return nil
+		})
+		undo()
+		<-obs.done
+		if err != nil || context.Cause(fnCtx) != context.Canceled {
+			t.Fatalf("round %d: Close after fn returned: Do = %v, fn's cause %v; want nil and context.Canceled",
+				i, err, context.Cause(fnCtx))
+		}
+	}
+}
+
+// Resign that begins while the leadership lasts returns nil even if Close
+// comes while it winds the keeper down: the loss that the keeper then sees
+// came after the leadership ended. (Resign returned the keeper's "closed"
+// as a loss.)
+func TestResignThenCloseIsNoLoss(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	for i := range 10 {
+		nodes := newCluster(t, 3)
+		obs := &closeOnKind{kind: observe.KindExtendFailed, done: make(chan struct{})}
+		c := nodes.client(t, redlock.WithObserver(obs), redlock.WithNodeTimeout(time.Second))
+		obs.c.Store(c)
+		ld := mustCampaign(t, c.Election("resign-close", redlock.WithElectionTTL(ttl)), "v")
+		undo := redlock.SlowNodes(c, 0b111, 30*time.Millisecond)
+		time.Sleep(ttl/3 + 15*time.Millisecond) // an extension is in flight
+		if err := ld.Err(); err != nil {
+			t.Fatalf("round %d: not leading before Resign: %v", i, err)
+		}
+		err := ld.Resign(context.Background())
+		undo()
+		<-obs.done
+		if err != nil {
+			t.Fatalf("round %d: Resign of a lasting leadership, Close during it: %v, want nil (Err: %v)", i, err, ld.Err())
+		}
+		if n := nodes.count("resign-close", redlock.LeadershipLock(ld).Value()); n != 0 {
+			t.Fatalf("round %d: %d nodes hold the key after Resign", i, n)
+		}
+	}
+}
+
+// Close leaves the release of a Resign under way to that Resign, and waits
+// for it within its bound: when Close returns, no node holds the key. (It
+// returned at once, the key still on every node, and a program that exited
+// then left it until its ttl.) Once with Close called from the keeper's
+// event while Resign winds it down, and then as a shutdown races them: a
+// Resign on one goroutine, Close on another.
+func TestCloseWaitsForAResignUnderWay(t *testing.T) {
+	t.Run("from the keeper", func(t *testing.T) {
+		const ttl = 300 * time.Millisecond
+		nodes := newCluster(t, 3)
+		obs := &closeOnKind{kind: observe.KindExtendFailed, done: make(chan struct{})}
+		c := nodes.client(t, redlock.WithObserver(obs), redlock.WithNodeTimeout(time.Second))
+		obs.c.Store(c)
+		ld := mustCampaign(t, c.Election("close-resign", redlock.WithElectionTTL(ttl)), "v")
+		token := redlock.LeadershipLock(ld).Value()
+		held := -1
+		obs.after = func() { held = nodes.count("close-resign", token) }
+		undo := redlock.SlowNodes(c, 0b111, 30*time.Millisecond)
+		defer undo()
+		time.Sleep(ttl/3 + 15*time.Millisecond) // an extension is in flight
+		_ = ld.Resign(context.Background())
+		<-obs.done
+		if held != 0 || obs.err != nil {
+			t.Fatalf("Close returned %v after %v with the key on %d of 3 nodes, want nil and none", obs.err, obs.took, held)
+		}
+	})
+	t.Run("racing", func(t *testing.T) {
+		nodes := newCluster(t, 3)
+		left := 0
+		const rounds = 200
+		for i := range rounds {
+			c := nodes.client(t, redlock.WithNodeTimeout(time.Second))
+			ld := mustCampaign(t, c.Election("close-race", redlock.WithElectionTTL(10*time.Second)), "v")
+			token := redlock.LeadershipLock(ld).Value()
+			resigned := make(chan error, 1)
+			go func() { resigned <- ld.Resign(context.Background()) }()
+			for !errors.Is(ld.Err(), redlock.ErrNotLeader) { // Resign has begun
+				runtime.Gosched()
+			}
+			if err := c.Close(); err != nil {
+				t.Fatalf("round %d: Close: %v", i, err)
+			}
+			if nodes.count("close-race", token) > 0 {
+				left++
+			}
+			if err := <-resigned; err != nil {
+				t.Fatalf("round %d: Resign: %v", i, err)
+			}
+		}
+		if left > 0 {
+			t.Errorf("in %d of %d rounds Close returned with the key of a Resign under way on some node", left, rounds)
+		}
+	})
+}
+
+// Close waits for a waiting RWMutex.Lock or RLock to remove its wait mark
+// (the writer's intent mark, the reader's registration among the waiting
+// readers), as it documents: the program may exit, closing its pools, the
+// moment Close returns. (A waiter asleep in its pause ran no node call, so
+// Close found nothing to wait for and returned first; the mark stayed for
+// the retry pause, a minute here, holding new readers back.)
+func TestRealCloseWaitsForAWaiterToRemoveItsMark(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	owner := realClient(t, addrs)
+	_, _, intent := redlock.RWNames("close:waiter")
+	waiting, _ := redlock.RWQueueNames("close:waiter")
+	conns := make([]redis.Conn, len(addrs))
+	for i, a := range addrs {
+		conns[i] = realConn(t, a)
+	}
+	// on counts the nodes on which the waiter's mark is.
+	on := func(write bool) int {
+		n := 0
+		for _, conn := range conns {
+			var k int
+			var err error
+			if write {
+				k, err = redis.Int(conn.Do("EXISTS", intent))
+			} else {
+				k, err = redis.Int(conn.Do("ZCARD", waiting))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	for _, write := range []bool{true, false} {
+		name := "RLock"
+		if write {
+			name = "Lock"
+		}
+		t.Run(name, func(t *testing.T) {
+			// The holder that makes the waiter wait: a reader for a
+			// writer, a writer for a reader.
+			var holder *redlock.Lock
+			var err error
+			if write {
+				holder, err = owner.RWMutex("close:waiter").TryRLock(ctx, time.Minute)
+			} else {
+				holder, err = owner.RWMutex("close:waiter").TryLock(ctx, time.Minute)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			pools := make([]*redigo.Pool, len(addrs))
+			asPools := make([]redlock.Pool, len(addrs))
+			for i, a := range addrs {
+				pools[i] = redigo.NewPool(a)
+				asPools[i] = pools[i]
+			}
+			c, err := redlock.New(asPools, redlock.WithNodeTimeout(time.Second),
+				redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)), redlock.WithWakeUp(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				var err error
+				if write {
+					_, err = c.RWMutex("close:waiter").Lock(ctx, time.Minute)
+				} else {
+					_, err = c.RWMutex("close:waiter").RLock(ctx, time.Minute)
+				}
+				done <- err
+			}()
+			if !realEventually(5*time.Second, func() bool { return on(write) == len(addrs) }) {
+				t.Fatal("the waiter's mark is not on every node after 5s")
+			}
+			start := time.Now()
+			err = c.Close()
+			took := time.Since(start)
+			if err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			for _, p := range pools { // the program exits
+				_ = p.Close()
+			}
+			if n := on(write); n != 0 {
+				t.Errorf("Close returned after %v with the waiter's mark on %d of %d nodes", took, n, len(addrs))
+			}
+			if took > 3*time.Second+time.Second {
+				t.Errorf("Close took %v, beyond its bound of three node timeouts", took)
+			}
+			if err := <-done; !errors.Is(err, redlock.ErrClosed) {
+				t.Errorf("the waiter's call returned %v, want ErrClosed", err)
+			}
+			if err := holder.Unlock(ctx); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

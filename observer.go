@@ -98,9 +98,12 @@ func (c *Client) observeNode(ctx context.Context, id uint64, key string, kind ob
 // reportSettled tells the observe.Observer that the won round behind m has heard
 // from every node.
 func (c *Client) reportSettled(ctx context.Context, l *Lock, op observe.Op, id uint64, m *nodeMasks) {
-	held := bits.OnesCount64(m.agreed.Load())
+	held, quorum := bits.OnesCount64(m.agreed.Load()), c.quorum
+	if l.need > 0 {
+		quorum = l.need // a permit's: the semaphore's quorum
+	}
 	c.obs.Observe(ctx, observe.Event{Kind: observe.KindSettled, ID: id, Key: l.key, Op: op,
-		Held: held, Margin: held - c.quorum, Quorum: c.quorum})
+		Held: held, Margin: held - quorum, Quorum: quorum})
 }
 
 // newID returns the ID of a new call, for its events.

@@ -245,3 +245,53 @@ func TestSlogObserver(t *testing.T) {
 	assert.Empty(t, strings.TrimSpace(buf.String()), "a healthy acquisition logs nothing at INFO")
 	require.NoError(t, l.Unlock(context.Background()))
 }
+
+// A permit's events are a mutex's: KindReleased's HeldFor counts from the
+// grant (it counted from the zero Time, 292 years), its won acquisition
+// reports KindSettled with the semaphore's quorum (it reported none), and
+// Semaphore.Do that loses its permit reports KindLost (it did not).
+func TestObserverPermitEvents(t *testing.T) {
+	c := newCluster(t, 5)
+	rec := &recorder{}
+	client := c.client(t, redlock.WithObserver(rec))
+	s := mustSemaphore(t, client, "permit-events", 2)
+	ctx := context.Background()
+	p, err := s.TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	c.settle(t)
+	time.Sleep(10 * time.Millisecond)
+	require.NoError(t, p.Unlock(ctx))
+	c.settle(t)
+	released := rec.kinds(observe.KindReleased)
+	require.Len(t, released, 1)
+	if h := released[0].HeldFor; h < 10*time.Millisecond || h > time.Minute {
+		t.Errorf("KindReleased HeldFor = %v for a permit held about 10ms", h)
+	}
+	var settled []observe.Event
+	for _, e := range rec.kinds(observe.KindSettled) {
+		if e.Op == observe.OpAcquire {
+			settled = append(settled, e)
+		}
+	}
+	if assert.Len(t, settled, 1, "KindSettled for the permit's won acquisition") {
+		assert.Equal(t, 5, settled[0].Held)
+		assert.Equal(t, s.Quorum(), settled[0].Quorum)
+		assert.Equal(t, 5-s.Quorum(), settled[0].Margin)
+	}
+
+	err = s.Do(ctx, 600*time.Millisecond, func(ctx context.Context) error {
+		c.settle(t)
+		for _, m := range c.nodes {
+			m.FlushAll()
+		}
+		<-ctx.Done()
+		return nil
+	})
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	lost := rec.kinds(observe.KindLost)
+	if assert.Len(t, lost, 1, "KindLost for the permit that Do lost") {
+		assert.Equal(t, "permit-events", lost[0].Key)
+		assert.ErrorIs(t, lost[0].Err, redlock.ErrLockLost)
+		assert.Less(t, lost[0].HeldFor, time.Minute)
+	}
+}

@@ -993,3 +993,103 @@ func TestRealSemaphoreMixedKOnOneKey(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotObtained, "1+2 > 2")
 	require.NoError(t, s.Unlock(ctx))
 }
+
+// A reader whose token is already a reader's, from another Client with the
+// same token function, is refused, as the semaphore refuses a repeated
+// permit: re-adding the member would let the first reader's Unlock end
+// both holds, and a writer would then be granted beside the second
+// reader. The first reader's member is left intact.
+func TestRealRWReaderRefusesRepeatedToken(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	c1 := realClient(t, addrs, redlock.WithTokenFunc(scriptedTokens("dup")))
+	c2 := realClient(t, addrs, redlock.WithTokenFunc(scriptedTokens("dup")))
+	other := realClient(t, addrs)
+	r1, err := c1.RWMutex("rw:dup").TryRLock(ctx, time.Minute)
+	require.NoError(t, err)
+	redlock.Settle(c1) // every node has added it
+	r2, err := c2.RWMutex("rw:dup").TryRLock(ctx, time.Minute)
+	if err == nil {
+		_ = r1.Unlock(ctx)
+		w, werr := other.RWMutex("rw:dup").TryLock(ctx, time.Minute)
+		t.Fatalf("a repeated reader token was granted (until %v); after the first reader's Unlock a writer: %v, %v", r2.Until(), w != nil, werr)
+	}
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Contains(t, err.Error(), "already a reader's")
+	assert.Contains(t, err.Error(), "WithTokenFunc")
+	redlock.Settle(c2) // the refused attempt's undo, if it sent one
+	_, readers, _ := redlock.RWNames("rw:dup")
+	for i, addr := range addrs {
+		score, err := realConn(t, addr).Do("ZSCORE", readers, "dup")
+		require.NoError(t, err)
+		assert.NotNil(t, score, "node %d must still hold the first reader's member", i)
+	}
+	_, err = other.RWMutex("rw:dup").TryLock(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "the first reader still holds")
+	require.NoError(t, r1.Unlock(ctx))
+	w, err := other.RWMutex("rw:dup").TryLock(ctx, time.Minute)
+	require.NoError(t, err, "free once the first reader let go")
+	require.NoError(t, w.Unlock(ctx))
+}
+
+// WithReplicaAcks covers what uses the mutex's scripts, as its doc says: an
+// RWMutex writer's Extend waits for the replicas (here, none: it fails),
+// while the RWMutex's own scripts, a writer's and a reader's acquisition
+// and a reader's Extend, are sent without WAIT.
+func TestRealReplicaAcksOnTheRWMutex(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	c := realClient(t, addrs, redlock.WithReplicaAcks(1), redlock.WithNodeTimeout(300*time.Millisecond))
+	r, err := c.RWMutex("acks:r").TryRLock(ctx, time.Minute)
+	require.NoError(t, err, "a reader's acquisition is sent without WAIT")
+	require.NoError(t, r.Extend(ctx, time.Minute), "a reader's Extend is sent without WAIT")
+	require.NoError(t, r.Unlock(ctx))
+	w, err := c.RWMutex("acks:w").TryLock(ctx, time.Minute)
+	require.NoError(t, err, "a writer's acquisition is sent without WAIT")
+	err = w.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrReplicaAcks, "a writer's Extend is the mutex's, with WAIT")
+	require.NoError(t, w.Unlock(ctx))
+}
+
+// The most permits a semaphore may have is still counted exactly by the
+// scripts: with K = 2^52, a permit of weight K fills it and one of weight 1
+// is refused. (At K = 2^53 the script's sum, a double, rounded K+1 down to
+// K and admitted both.)
+func TestRealSemaphoreLargestK(t *testing.T) {
+	addrs := realNodes(t, 1)
+	c := realClient(t, addrs)
+	ctx := context.Background()
+	k := int(int64(1) << 52) // a variable: 2^52 is no int constant on 32-bit platforms
+	p, err := mustSemaphore(t, c, "largest", k, redlock.WithWeight(k)).TryAcquire(ctx, time.Minute)
+	require.NoError(t, err)
+	q, err := mustSemaphore(t, c, "largest", k).TryAcquire(ctx, time.Minute)
+	if err == nil {
+		_ = q.Unlock(ctx)
+		t.Errorf("K=2^52: permits of weight K and 1 were granted at once")
+	}
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NoError(t, p.Unlock(ctx))
+}
+
+// A writer granted by a majority removes its intent mark from the node
+// that refused it, once every node has answered, as a granted reader
+// removes its registration: the mark would otherwise refuse new readers
+// there for its ttl, the retry pause (a minute here) and more.
+func TestRealGrantedWriterRemovesItsMark(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	_, readers, intent := redlock.RWNames("granted:mark")
+	stray := realConn(t, addrs[2]) // a reader on node 2 only: that node refuses the writer
+	_, err := stray.Do("ZADD", readers, time.Now().Add(time.Minute).UnixMilli(), "stray reader")
+	require.NoError(t, err)
+	_, err = stray.Do("PEXPIRE", readers, 60000)
+	require.NoError(t, err)
+	c := realClient(t, addrs, redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+	w, err := c.RWMutex("granted:mark").Lock(ctx, time.Minute)
+	require.NoError(t, err)
+	redlock.Settle(c) // the background removal
+	if n, err := redis.Int(stray.Do("EXISTS", intent)); err != nil || n != 0 {
+		t.Errorf("after the grant, the refusing node keeps the writer's intent mark (PTTL %v, err %v)", realPTTL(t, stray, intent), err)
+	}
+	require.NoError(t, w.Unlock(ctx))
+}

@@ -214,8 +214,12 @@ func WithFencing() Option {
 // blocks its connection until the replicas answer, and must not hold up
 // other callers' commands in a shared batch). Releases are not acknowledged:
 // a release that a failover loses leaves the key to expire at its ttl. It
-// covers the mutex (Lock, TryLock, Do, Extend, WithFencing); the RWMutex,
-// Semaphore and Election scripts are sent without WAIT.
+// covers the mutex (Lock, TryLock, Do, Extend, WithFencing) and what uses
+// the mutex's scripts: an Election's leadership (a fenced mutex: its
+// campaign and extensions; the leader record is written without WAIT), and
+// an RWMutex writer's Extend and fencing round. The RWMutex's own scripts
+// (its acquisitions, a reader's Extend) and the Semaphore's are sent
+// without WAIT.
 //
 // The default, 0, sends no WAIT and costs nothing. n must not be negative.
 func WithReplicaAcks(n int) Option {
@@ -1090,15 +1094,28 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil || l.client.usable() != nil {
 		return errNilLock
 	}
-	c := l.client
 	if ctx == nil {
 		return invalid("nil context")
 	}
+	return l.unlockThen(ctx, nil)
+}
+
+// unlockThen is Unlock for a Lock and ctx already checked; then, if set,
+// runs between the release and its event for the Observer.
+func (l *Lock) unlockThen(ctx context.Context, then func()) error {
+	c := l.client
 	if c.obs == nil {
-		return l.unlock(ctx, 0)
+		err := l.unlock(ctx, 0)
+		if then != nil {
+			then()
+		}
+		return err
 	}
 	began, id := time.Now(), c.newID()
 	err := l.unlock(ctx, id)
+	if then != nil {
+		then()
+	}
 	if err == nil {
 		c.obs.Observe(ctx, observe.Event{Kind: observe.KindReleased, ID: id, Key: l.key, Latency: time.Since(began), HeldFor: began.Sub(l.granted)})
 	} else {

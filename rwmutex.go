@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -290,20 +291,24 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 		attempt: func(ctx context.Context, a attemptInfo) (*Lock, uint64, error) {
 			var mark time.Duration
 			wasMarked := marked
-			if intent != "" && a.pause >= 0 {
+			// An attempt with ctx already ended sends nothing (fanout), so
+			// it marks nothing, and giveUp has nothing to remove.
+			if intent != "" && a.pause >= 0 && ctx.Err() == nil {
 				mark = a.pause + intentReach*c.nodeTimeout
 				marked = true
 			}
 			var settled func(agreed uint64)
-			if marked && !write {
-				// The granting nodes drop this reader's registration; a
-				// node that refused this attempt (or failed) may keep it,
-				// and would entitle the reader at the next writer's
-				// release, holding writers back there until it lapses.
+			if marked {
+				// The granting nodes drop this waiter's mark; a node that
+				// refused this attempt (or failed) may keep it: a
+				// reader's registration would entitle the reader at the
+				// next writer's release, holding writers back there until
+				// it lapses, and a writer's intent mark would refuse new
+				// readers there for its ttl, the retry pause and more.
 				// Once every node has answered a won attempt, those are
-				// known: the registration is removed from them in the
-				// background, so that RLock returns with its majority, as
-				// Lock does. Close waits for that round (c.calls).
+				// known: the mark is removed from them in the background,
+				// so that the call returns with its majority. Close waits
+				// for that round (c.calls).
 				settled = func(agreed uint64) {
 					if agreed == 1<<len(c.nodes)-1 {
 						return
@@ -311,7 +316,7 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 					c.calls.Add(1)
 					go func() {
 						defer c.calls.Done()
-						m.unmark(ctx, intent, false)
+						m.unmark(ctx, intent, write)
 					}()
 				}
 			}
@@ -319,7 +324,7 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 			switch {
 			case err == nil && settled != nil:
 				marked = false // removed as settled says, not by giveUp
-			case err != nil && errors.Is(err, errClosedBeforeSend):
+			case errors.Is(err, errClosedBeforeSend):
 				marked = wasMarked // this attempt left nothing on the nodes
 			}
 			return l, held, err
@@ -366,6 +371,11 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	// at any time, whereas only a resend that returns after the lock was let
 	// go may have been overtaken.
 	fellBack := new(atomic.Uint64)
+	// The nodes on which a reader's token was already a member: a token
+	// function that repeats itself, as for the semaphore (Semaphore's
+	// attempt). Their member is another reader's: the undo leaves it, and
+	// the attempt is lost even if a quorum admitted it.
+	var repeated atomic.Uint64
 	var set, release nodeOp
 	markMs := int64(0)
 	if mark > 0 {
@@ -378,7 +388,7 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		}
 		args.fenceKey = fenceKeyWith(c.fencePrefix, name) // declared always, read with fencing
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.rwScript(ctx, deadline, l, fellBack, &rwLockScript, "write lock", &l.highest,
+			return n.rwScript(ctx, deadline, l, fellBack, &rwLockScript, "write lock", &l.highest, nil,
 				m.writer, m.readers, m.intent, args.fenceKey, m.entitled, args.token, args.ttl, intent, markMs, fenced)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
@@ -389,10 +399,13 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	} else {
 		l.ops = &rwReaderOps
 		set = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
-			return n.rwScript(ctx, deadline, l, fellBack, &rwRLockScript, "read lock", nil,
+			return n.rwScript(ctx, deadline, l, fellBack, &rwRLockScript, "read lock", nil, &repeated,
 				m.writer, m.readers, m.intent, m.waiting, m.entitled, args.token, args.ttl, intent, markMs)
 		}
 		release = func(ctx context.Context, n *node, deadline time.Time) (bool, error) {
+			if repeated.Load()&(1<<n.index) != 0 {
+				return true, nil // another reader's member
+			}
 			_, err := n.eval(ctx, deadline, args.lane, &rwRUnlockScript, args.key, args.token, args.channel)
 			return err == nil, err
 		}
@@ -412,9 +425,13 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		args.masks.report = func() { c.reportSettled(ctx, l, observe.OpAcquire, id, &args.masks) }
 	}
 	won, t := c.fanout(ctx, round{op: set, undo: release, overtaken: l,
-		valid: func() bool { return c.clock.Now().Before(until) },
+		valid: func() bool { return repeated.Load() == 0 && c.clock.Now().Before(until) },
 		kind:  observe.OpAcquire, key: m.key, id: id, masks: &args.masks})
 	if !won {
+		if r := repeated.Load(); r != 0 {
+			return nil, 0, &tokenError{fmt.Errorf("token %q is already a reader's on %d of %d nodes: the token function must return a new token for every attempt (WithTokenFunc)",
+				token, bits.OnesCount64(r), len(c.nodes))}
+		}
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
@@ -514,8 +531,10 @@ func (n *node) rwUnlock(ctx context.Context, deadline time.Time, a *cmdArgs) (bo
 // lock was let go entered the pipe before any release did.
 //
 // With counter set (a fenced writer), a grant replies the node's fencing
-// counter plus 1, which counter keeps the highest of.
-func (n *node) rwScript(ctx context.Context, deadline time.Time, l *Lock, fellBack *atomic.Uint64, s *script, what string, counter *maxCounter, keysAndArgs ...any) (bool, error) {
+// counter plus 1, which counter keeps the highest of. With repeated set (a
+// reader), the reply 2 (the token is already a member) sets the node's bit
+// in it and counts as a refusal.
+func (n *node) rwScript(ctx context.Context, deadline time.Time, l *Lock, fellBack *atomic.Uint64, s *script, what string, counter *maxCounter, repeated *atomic.Uint64, keysAndArgs ...any) (bool, error) {
 	a := &l.args
 	reply, err := n.evalScript(ctx, deadline, a.lane, &a.unsent, fellBack, s, keysAndArgs)
 	if bit := uint64(1) << n.index; fellBack.Load()&bit != 0 && l.letGone.Load() {
@@ -528,6 +547,9 @@ func (n *node) rwScript(ctx context.Context, deadline time.Time, l *Lock, fellBa
 		return false, nil
 	case counter == nil && reply == int64(1):
 		return true, nil
+	case repeated != nil && reply == int64(2):
+		repeated.Or(uint64(1) << n.index)
+		return false, nil
 	case counter != nil:
 		if r, ok := reply.(int64); ok && r >= 1 {
 			counter.raise(uint64(r - 1))

@@ -591,3 +591,34 @@ func TestRWMutexUnmarkFollowsTheAttempt(t *testing.T) {
 	assert.Empty(t, members, "node 2 keeps the granted reader's registration: the removal overtook its attempt")
 	require.NoError(t, l.Unlock(context.Background()))
 }
+
+// Lock and RLock with ctx already ended send nothing, as every acquisition
+// does (fanout): no attempt, and no removal of a wait mark that no attempt
+// left. (The first attempt counted as marking, and the giveUp sent a
+// removal round, which with frozen nodes took a node timeout.)
+func TestRWEndedContextSendsNothing(t *testing.T) {
+	for _, write := range []bool{true, false} {
+		name := "RLock"
+		if write {
+			name = "Lock"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			rw := c.client(t).RWMutex("ended")
+			ended, cancel := context.WithCancel(context.Background())
+			cancel()
+			before := c.gets()
+			var err error
+			if write {
+				_, err = rw.Lock(ended, time.Minute)
+			} else {
+				_, err = rw.RLock(ended, time.Minute)
+			}
+			require.ErrorIs(t, err, context.Canceled)
+			c.settle(t)
+			if sent := c.gets() - before; sent != 0 {
+				t.Errorf("%s with ctx ended sent %d commands, want none", name, sent)
+			}
+		})
+	}
+}

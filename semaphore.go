@@ -113,10 +113,15 @@ func AllowNoFaultTolerance() SemaphoreOption {
 	return func(c *semaphoreConfig) { c.noFaultTolerance = true }
 }
 
+// maxPermits is the most permits a semaphore may have: the acquire script
+// adds weights in Lua numbers, doubles, which count exactly only to 2^53,
+// and compares the permits in use plus a weight, up to twice K, with K.
+const maxPermits = 1 << 52
+
 // Semaphore returns the semaphore of key with the given number of permits
 // on the Client's nodes. It makes no network call. It returns an error
 // wrapping ErrInvalid, and no Semaphore, for a nil Client, an empty key,
-// permits < 1, a nil option, a weight outside 1 to permits, or a quorum of every one of N > 1 nodes (K ≥
+// permits < 1 or above 2^52, a nil option, a weight outside 1 to permits, or a quorum of every one of N > 1 nodes (K ≥
 // N−1: on 3 nodes every K ≥ 2, on 5 every K ≥ 4) without
 // AllowNoFaultTolerance; the error says how many nodes would tolerate one
 // failure.
@@ -141,6 +146,8 @@ func (c *Client) Semaphore(key string, permits int, opts ...SemaphoreOption) (*S
 		return nil, invalid("empty key")
 	case permits < 1:
 		return nil, invalid("semaphore permits %d must be at least 1", permits)
+	case int64(permits) > maxPermits:
+		return nil, invalid("semaphore permits %d exceed 2^52: the scripts add weights up to twice K in Lua numbers, doubles, exact only to 2^53", permits)
 	case !cfg.weighted:
 		cfg.weight = 1
 	case cfg.weight < 1 || cfg.weight > permits:
@@ -299,6 +306,9 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 	start := c.clock.Now() // step 3: elapsed time counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
 	args.unsent.Store(1<<len(c.nodes) - 1) // no command has entered a pipe yet
+	if c.obs != nil {
+		args.masks.report = func() { c.reportSettled(ctx, p, observe.OpAcquire, id, &args.masks) }
+	}
 	// The nodes on which the token was already a member: a token function
 	// that repeats itself. Their member is another holder's, so the undo
 	// leaves them alone, and the attempt is lost even if a quorum admitted
@@ -344,6 +354,9 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 	}
 	p.held.Store(&args.masks)
 	args.masks.settle() // won
+	if c.obs != nil {
+		p.granted, p.id = time.Now(), id
+	}
 	p.until = until
 	return p, 0, nil
 }
@@ -380,14 +393,7 @@ func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 	if s == nil || s.client == nil {
 		return errNilSemaphore
 	}
-	if fn == nil {
-		return invalid("nil function")
-	}
-	p, err := s.Acquire(ctx, ttl)
-	if err != nil {
-		return err
-	}
-	return s.client.holdLease(ctx, context.WithValue(ctx, heldKey{}, p), p, ttl, fn, p.Unlock, nil)
+	return s.client.hold(ctx, s.key, ttl, func(ctx context.Context) (*Lock, error) { return s.Acquire(ctx, ttl) }, fn)
 }
 
 // semRemoveOp returns the node operation that removes permit p's token:

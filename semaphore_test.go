@@ -132,6 +132,8 @@ func TestSemaphoreInvalid(t *testing.T) {
 	client := c.client(t)
 	ctx := context.Background()
 	noFT := "needs every node"
+	single := newCluster(t, 1).client(t)
+	pow52 := int64(1) << 52 // a variable: 2^52 is no int constant on 32-bit platforms
 	before := c.gets()
 	for _, tc := range []struct {
 		name    string
@@ -143,6 +145,7 @@ func TestSemaphoreInvalid(t *testing.T) {
 	}{
 		{"zero permits", client, "s", 0, nil, "permits 0"},
 		{"negative permits", client, "s", -3, nil, "permits -3"},
+		{"permits above 2^52", single, "s", int(pow52) + 1, nil, "exceed 2^52"},
 		{"K=4 on N=5 tolerates no failure", client, "s", 4, nil, noFT},
 		{"K=9 on N=5 tolerates no failure", client, "s", 9, nil, noFT},
 		{"K=2 on N=3 tolerates no failure", newCluster(t, 3).client(t), "s", 2, nil, "at least 4 tolerate one failure"},
@@ -159,6 +162,9 @@ func TestSemaphoreInvalid(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.message)
 			assert.Nil(t, s)
 		})
+	}
+	if s, err := single.Semaphore("s", int(pow52)); err != nil || s == nil {
+		t.Errorf("2^52 permits on one node: %v, want a Semaphore", err)
 	}
 	for _, tc := range []struct {
 		name    string

@@ -112,6 +112,9 @@ func simRWRLock(n *simNode, ka []any) (any, error) {
 		}
 		return int64(0), nil
 	}
+	if _, ok := n.get(simMember(r, token)); ok {
+		return int64(2), nil // a repeated token: another reader's member
+	}
 	if err := n.grow(); err != nil {
 		return nil, err // ZADD is the script's first write
 	}

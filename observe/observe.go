@@ -29,9 +29,10 @@ import (
 // waits for node calls. Called from such an event, Close waits out its
 // bound (three node timeouts) and returns an error wrapping
 // ErrNodeTimeout, and the node's answer counts as a timeout if its round's
-// deadline passes meanwhile. From KindAttempt, KindAcquired,
-// KindNotAcquired, KindExtended, KindExtendFailed, KindReleased and
-// KindLost it returns at once.
+// deadline passes meanwhile. From every other kind (KindAttempt,
+// KindRetry, KindAcquired, KindNotAcquired, KindExtended,
+// KindExtendFailed, KindReleased, KindReleaseFailed, KindLost) it returns
+// at once.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }

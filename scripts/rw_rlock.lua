@@ -20,7 +20,11 @@
 -- waiting readers, KEYS[5] entitled readers; ARGV[1] token, ARGV[2] ttl ms,
 -- ARGV[3] wait id ("" for none), ARGV[4] registration ttl ms (0: do not
 -- register).
--- Returns 1 if the reader was added, 0 otherwise.
+-- Returns 1 if the reader was added, 0 otherwise, and 2 if the token is
+-- already a member of the readers set: a token function that repeats
+-- itself. That member is another reader's, and re-adding it would let the
+-- first of the two Unlocks end both holds (semaphore_acquire.lua has the
+-- same check).
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local entitled = false
@@ -41,6 +45,9 @@ if redis.call("EXISTS", KEYS[1]) == 1 or (not entitled and redis.call("EXISTS", 
 		end
 	end
 	return 0
+end
+if redis.call("ZSCORE", KEYS[2], ARGV[1]) then
+	return 2
 end
 local ttl = tonumber(ARGV[2])
 redis.call("ZADD", KEYS[2], now + ttl, ARGV[1])
