@@ -1298,6 +1298,17 @@ func TestRealCloseFromAnObserver(t *testing.T) {
 	}
 }
 
+// closingOnAFailedExtension returns three in-process nodes and a Client
+// on them (node timeout 1 s) whose Observer closes it when an extension
+// first fails.
+func closingOnAFailedExtension(t *testing.T) (*cluster, *closeOnKind, *redlock.Client) {
+	nodes := newCluster(t, 3)
+	obs := &closeOnKind{kind: observe.KindExtendFailed, done: make(chan struct{})}
+	c := nodes.client(t, redlock.WithObserver(obs), redlock.WithNodeTimeout(time.Second))
+	obs.c.Store(c)
+	return nodes, obs, c
+}
+
 // Close that comes after Do's fn returned, with the lock valid, while an
 // extension is still in flight, is no loss: Do returns fn's nil, and fn's
 // cause is context.Canceled. (keep saw Close before it saw fn's return,
@@ -1306,10 +1317,7 @@ func TestRealCloseFromAnObserver(t *testing.T) {
 func TestDoCloseAfterFnReturnedIsNoLoss(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	for i := range 10 {
-		nodes := newCluster(t, 3)
-		obs := &closeOnKind{kind: observe.KindExtendFailed, done: make(chan struct{})}
-		c := nodes.client(t, redlock.WithObserver(obs), redlock.WithNodeTimeout(time.Second))
-		obs.c.Store(c)
+		_, obs, c := closingOnAFailedExtension(t)
 		undo := redlock.SlowNodes(c, 0b111, 30*time.Millisecond) // each extension is in flight 30 ms
 		var fnCtx context.Context
 		err := c.Do(context.Background(), "after-fn", ttl, func(ctx context.Context) error {
@@ -1336,10 +1344,7 @@ func TestDoCloseAfterFnReturnedIsNoLoss(t *testing.T) {
 func TestResignThenCloseIsNoLoss(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	for i := range 10 {
-		nodes := newCluster(t, 3)
-		obs := &closeOnKind{kind: observe.KindExtendFailed, done: make(chan struct{})}
-		c := nodes.client(t, redlock.WithObserver(obs), redlock.WithNodeTimeout(time.Second))
-		obs.c.Store(c)
+		nodes, obs, c := closingOnAFailedExtension(t)
 		ld := mustCampaign(t, c.Election("resign-close", redlock.WithElectionTTL(ttl)), "v")
 		undo := redlock.SlowNodes(c, 0b111, 30*time.Millisecond)
 		time.Sleep(ttl/3 + 15*time.Millisecond) // an extension is in flight
@@ -1367,10 +1372,7 @@ func TestResignThenCloseIsNoLoss(t *testing.T) {
 func TestCloseWaitsForAResignUnderWay(t *testing.T) {
 	t.Run("from the keeper", func(t *testing.T) {
 		const ttl = 300 * time.Millisecond
-		nodes := newCluster(t, 3)
-		obs := &closeOnKind{kind: observe.KindExtendFailed, done: make(chan struct{})}
-		c := nodes.client(t, redlock.WithObserver(obs), redlock.WithNodeTimeout(time.Second))
-		obs.c.Store(c)
+		nodes, obs, c := closingOnAFailedExtension(t)
 		ld := mustCampaign(t, c.Election("close-resign", redlock.WithElectionTTL(ttl)), "v")
 		token := redlock.LeadershipLock(ld).Value()
 		held := -1
