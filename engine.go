@@ -63,6 +63,12 @@ type attemptInfo struct {
 	// it on a quorum ("" if none did, or the primitive cannot tell): the
 	// loop's evidence of a hand-over, which the cap does not count.
 	holder *string
+
+	// uncounted, if set (a loop counted among Close's calls), runs f with
+	// the loop's count let go: an attempt reports to the Observer through
+	// it from the caller's goroutine (a won round's KindSettled), so that
+	// Close called from that event does not wait for its own call.
+	uncounted func(f func())
 }
 
 // ErrClosed reports a call on a Client that Close has closed, or a call
@@ -161,6 +167,17 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		}
 		c.obs.Observe(ctx, e)
 	}
+	var uncounted func(func())
+	if counted {
+		// Attempts run while the count is held: no check of counted,
+		// which, captured by this escaping closure, would move to the
+		// heap for every call, the mutex's too.
+		uncounted = func(f func()) {
+			c.calls.Done()
+			defer c.calls.Add(1)
+			f()
+		}
+	}
 	giveUp := func(try int, err error) (*Lock, error) {
 		if a.giveUp != nil {
 			a.giveUp(ctx)
@@ -180,7 +197,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			}
 			return giveUp(label, withCause(last, ErrClosed))
 		}
-		info := attemptInfo{id: id, woken: woken}
+		info := attemptInfo{id: id, woken: woken, uncounted: uncounted}
 		if wt != nil {
 			wt.arm()
 			if a.holders {

@@ -1517,3 +1517,44 @@ func TestRealCloseWaitsForAWaiterToRemoveItsMark(t *testing.T) {
 		})
 	}
 }
+
+// With one node, a won acquisition's KindSettled is reported on the
+// caller's goroutine, and Close called from it returns at once for every
+// primitive, as observe.Observer says. (An RWMutex waiter's loop, counted
+// among Close's calls, held its count through it, and Close waited out
+// its bound for its own call.)
+func TestCloseFromSettledOnTheCallersGoroutine(t *testing.T) {
+	const nodeTimeout = 300 * time.Millisecond
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		lock func(c *redlock.Client) error
+	}{
+		{"Lock", func(c *redlock.Client) error { _, err := c.Lock(ctx, "settled", 5*time.Second); return err }},
+		{"RWMutex.Lock", func(c *redlock.Client) error { _, err := c.RWMutex("settled").Lock(ctx, 5*time.Second); return err }},
+		{"RWMutex.RLock", func(c *redlock.Client) error { _, err := c.RWMutex("settled").RLock(ctx, 5*time.Second); return err }},
+		{"Semaphore.Acquire", func(c *redlock.Client) error {
+			s, err := c.Semaphore("settled", 2)
+			if err == nil {
+				_, err = s.Acquire(ctx, 5*time.Second)
+			}
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := newCluster(t, 1)
+			obs := &closeOnKind{kind: observe.KindSettled, done: make(chan struct{})}
+			c := nodes.client(t, redlock.WithObserver(obs), redlock.WithNodeTimeout(nodeTimeout))
+			obs.c.Store(c)
+			_ = tc.lock(c)
+			select {
+			case <-obs.done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("no KindSettled, or Close has not returned, after 5s")
+			}
+			if obs.err != nil || obs.took > nodeTimeout/2 {
+				t.Errorf("Close from KindSettled: %v after %v, want nil at once", obs.err, obs.took)
+			}
+		})
+	}
+}

@@ -320,7 +320,7 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 					}()
 				}
 			}
-			l, held, err := m.acquire(ctx, ttl, write, intent, mark, a.id, settled)
+			l, held, err := m.acquire(ctx, ttl, write, intent, mark, a.id, settled, a.uncounted)
 			switch {
 			case err == nil && settled != nil:
 				marked = false // removed as settled says, not by giveUp
@@ -355,9 +355,9 @@ func (m *RWMutex) lockName(write bool) string {
 //
 // settled, if set, is called with the nodes that granted a won attempt
 // once every node has answered it (on the goroutine of the last answer, or
-// the caller's).
+// the caller's: through uncounted, if set; see attemptInfo).
 func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, intent string, mark time.Duration, id uint64,
-	settled func(agreed uint64)) (*Lock, uint64, error) {
+	settled func(agreed uint64), uncounted func(func())) (*Lock, uint64, error) {
 	c := m.client
 	token, err := c.token()
 	if err != nil {
@@ -435,7 +435,11 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
-	args.masks.settle() // won
+	if uncounted != nil {
+		uncounted(args.masks.settle) // won
+	} else {
+		args.masks.settle() // won
+	}
 	if write && c.fencing {
 		if c.closedBetweenRounds(ctx, l, release) {
 			return nil, 0, errClosedBetweenRounds
