@@ -1104,21 +1104,20 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // runs between the release and its event for the Observer.
 func (l *Lock) unlockThen(ctx context.Context, then func()) error {
 	c := l.client
-	if c.obs == nil {
-		err := l.unlock(ctx, 0)
-		if then != nil {
-			then()
-		}
-		return err
+	var began time.Time
+	if c.obs != nil {
+		began = time.Now()
 	}
-	began, id := time.Now(), c.newID()
+	id := c.newID() // 0 without an Observer
 	err := l.unlock(ctx, id)
 	if then != nil {
 		then()
 	}
-	if err == nil {
+	switch {
+	case c.obs == nil:
+	case err == nil:
 		c.obs.Observe(ctx, observe.Event{Kind: observe.KindReleased, ID: id, Key: l.key, Latency: time.Since(began), HeldFor: began.Sub(l.granted)})
-	} else {
+	default:
 		c.obs.Observe(ctx, observe.Event{Kind: observe.KindReleaseFailed, ID: id, Key: l.key, Latency: time.Since(began), Err: err})
 	}
 	return err
