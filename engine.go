@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/redlock/observe"
@@ -117,7 +118,10 @@ func (c *Client) closedErr() error {
 //   - ctx's end, or Close, ends the pause at once, and the loop returns
 //     the last attempt's error with ctx.Err() or ErrClosed;
 //   - an attempt that wins after Close was called is released and reported
-//     as ErrClosed: a closed Client hands out nothing.
+//     as ErrClosed: a closed Client hands out nothing. fanout undoes one
+//     whose majority came after Close began while Close still waits for
+//     it (wonAfterClose); one won just before, which this loop finds
+//     closed when fanout returns, is let go here.
 func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error) {
 	need := a.need
 	if need == 0 {
@@ -221,6 +225,9 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			waiting = sent
 		}
 		l, held, err := a.attempt(ctx, info)
+		if hook := testHookAttempted.Load(); hook != nil {
+			(*hook)(c)
+		}
 		rtt := time.Since(sent)
 		_, tokenFailed := err.(*tokenError) // as attempts return it; errors.As would allocate
 		switch {
@@ -239,6 +246,14 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			return l, nil
 		case tokenFailed:
 			return giveUp(label, err) // not contention: no retry
+		case c.closed.Load():
+			// Close began during the attempt (an acquisition won then was
+			// undone before fanout returned; see wonAfterClose): no retry,
+			// and no report of one.
+			if !errors.Is(err, ErrClosed) {
+				err = withCause(err, ErrClosed)
+			}
+			return giveUp(label, err)
 		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
 			return giveUp(label, withCause(err, ctx.Err()))
 		case ctx.Err() != nil || (!woken && delay < 0):
@@ -299,6 +314,10 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		}
 	}
 }
+
+// testHookAttempted, if set, runs in acquireLoop each time an attempt has
+// returned, before the loop looks at its outcome. Tests only.
+var testHookAttempted atomic.Pointer[func(c *Client)]
 
 // wakeState is what a woken waiter's pause depends on (wakeDelay): its last
 // attempt's duration, how long the call has waited, and its split votes in

@@ -111,3 +111,33 @@ func SlowNodes(client *Client, mask uint64, d time.Duration) (undo func()) {
 	testHookNodeStart.Store(&hook)
 	return func() { testHookNodeStart.Store(nil) }
 }
+
+// HoldNodeStarts makes each round's goroutine for the nodes in mask, of
+// client, send its node's index on entered and then wait until release is
+// closed. It returns a function that removes the hook.
+func HoldNodeStarts(client *Client, mask uint64, entered chan<- int, release <-chan struct{}) (undo func()) {
+	hook := func(c *Client, n int) {
+		if c == client && mask&(1<<n) != 0 {
+			entered <- n
+			<-release
+		}
+	}
+	testHookNodeStart.Store(&hook)
+	return func() { testHookNodeStart.Store(nil) }
+}
+
+// AfterAttempts makes each acquisition attempt of client, once it has
+// returned, call f before the acquisition looks at its outcome. It returns
+// a function that removes the hook.
+func AfterAttempts(client *Client, f func()) (undo func()) {
+	hook := func(c *Client) {
+		if c == client {
+			f()
+		}
+	}
+	testHookAttempted.Store(&hook)
+	return func() { testHookAttempted.Store(nil) }
+}
+
+// Closing reports whether Close has been called on c.
+func Closing(c *Client) bool { return c.closed.Load() }

@@ -85,6 +85,9 @@ func (c *Client) fanoutInline(ctx context.Context, r round, t tally) (won bool, 
 	if won && r.valid != nil && !r.valid() {
 		won, t.late = false, true
 	}
+	if won && c.wonAfterClose(r) {
+		won, t.closed = false, true
+	}
 	if r.undo == nil {
 		return won, t
 	}

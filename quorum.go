@@ -129,6 +129,7 @@ type tally struct {
 	yes, no   int     // no counts refusals, failures and timeouts
 	failed    int     // the part of no that failed or timed out
 	late      bool    // a majority agreed but valid reported false
+	closed    bool    // a majority agreed to an acquisition after Close began
 	causes    []error // one *NodeError per failed node, then ctx.Err()
 }
 
@@ -165,6 +166,9 @@ func (t *tally) err(sentinel error) error {
 	if t.late {
 		summary = fmt.Errorf("%w: a majority agreed only after the validity window closed", sentinel)
 	}
+	if t.closed {
+		summary = fmt.Errorf("%w: a majority agreed after Close began (%w), and the attempt was released", sentinel, ErrClosed)
+	}
 	// Node errors in node order, then anything else (ctx.Err()).
 	slices.SortStableFunc(t.causes, func(a, b error) int { return causeOrder(a) - causeOrder(b) })
 	return aggregate(summary, t.causes)
@@ -188,7 +192,9 @@ func causeOrder(err error) int {
 //     waiting for the other nodes (step 2).
 //   - It returns lost as soon as a majority is impossible: more than
 //     N − quorum nodes refused, failed or timed out. A majority for which
-//     r.valid reports false is lost too (step 3).
+//     r.valid reports false is lost too (step 3), and so is an
+//     acquisition's (an r.undo set) once Close has begun: it is undone
+//     while Close still waits for it (wonAfterClose).
 //   - It returns lost when ctx ends, with ctx.Err() among the causes; a lost
 //     round whose ctx has ended by the time the vote stops has ctx.Err()
 //     among its causes too, even if the node deadline fired first. If ctx
@@ -332,6 +338,9 @@ vote:
 	if won && r.valid != nil && !r.valid() {
 		won, t.late = false, true
 	}
+	if won && c.wonAfterClose(r) {
+		won, t.closed = false, true
+	}
 	if err := ctxEnded(ctx); !won && err != nil && !slices.Contains(t.causes, err) {
 		// ctx's deadline and the node deadline are often the same instant;
 		// whichever fired first, the caller's ctx.Err() stays reachable.
@@ -374,6 +383,18 @@ vote:
 	// verdict, so that the error names every node that failed.
 	take(false)
 	return won, t
+}
+
+// wonAfterClose reports whether r, a round just won, is an acquisition
+// that Close has overtaken: it is then lost, and undone. fanout counts an
+// acquisition round among the calls that Close waits for until it
+// returns, so the undo is sent and answered before Close returns. Left to
+// the caller once fanout has returned (as it was), the release could come
+// after Close, finding no call running, had returned, and a program
+// exiting then left the key for its ttl. (acquireLoop still lets go an
+// acquisition won a moment before Close began that it finds closed.)
+func (c *Client) wonAfterClose(r round) bool {
+	return r.kind == observe.OpAcquire && r.undo != nil && c.closed.Load()
 }
 
 // errClosedBeforeSend is the cause of an acquisition round that Close
@@ -513,6 +534,14 @@ func (f *fan) returned(nd *node, yes bool, err error, took time.Duration) (overt
 	if f.c.obs != nil {
 		f.c.observeNode(&f.ops, r.id, r.key, r.kind, nd, yes, err, took)
 	}
+	last := f.running.Add(-1) == 0
+	if last && r.masks != nil {
+		// Every node has answered. Before the ballot, so that when this
+		// ballot decides the round the caller settles second, and reports
+		// the round on its own goroutine (observe.Observer: Close called
+		// from that KindSettled returns at once).
+		r.masks.settle()
+	}
 	f.mu.Lock()
 	f.votes = append(f.votes, ballot{node: nd.index, yes: yes, err: err})
 	f.mu.Unlock()
@@ -528,11 +557,8 @@ func (f *fan) returned(nd *node, yes bool, err error, took time.Duration) (overt
 		default: // the vote has been told already, and will drain
 		}
 	}
-	if f.running.Add(-1) == 0 {
+	if last {
 		f.ops.end(endCanceled) // after the ballot: see the count in fanout
-		if r.masks != nil {
-			r.masks.settle() // every node has answered
-		}
 	}
 	return overtaken
 }
