@@ -246,17 +246,19 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			return l, nil
 		case tokenFailed:
 			return giveUp(label, err) // not contention: no retry
-		case c.closed.Load():
-			// Close began during the attempt (an acquisition won then was
-			// undone before fanout returned; see wonAfterClose): no retry,
-			// and no report of one.
-			if !errors.Is(err, ErrClosed) {
+		case ctx.Err() != nil || c.closed.Load():
+			// ctx ended, or Close began, during the attempt (an
+			// acquisition won then was undone before fanout returned; see
+			// wonAfterClose): no retry, and no report of one. The error
+			// wraps each.
+			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+				err = withCause(err, cerr)
+			}
+			if c.closed.Load() && !errors.Is(err, ErrClosed) {
 				err = withCause(err, ErrClosed)
 			}
 			return giveUp(label, err)
-		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			return giveUp(label, withCause(err, ctx.Err()))
-		case ctx.Err() != nil || (!woken && delay < 0):
+		case !woken && delay < 0:
 			return giveUp(label, err)
 		}
 		last = err

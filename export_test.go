@@ -1,6 +1,9 @@
 package redlock
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Settle waits until no node call of c is running, including those that
 // returned calls left in the background. Tests use it before they inspect
@@ -113,11 +116,13 @@ func SlowNodes(client *Client, mask uint64, d time.Duration) (undo func()) {
 }
 
 // HoldNodeStarts makes each round's goroutine for the nodes in mask, of
-// client, send its node's index on entered and then wait until release is
-// closed. It returns a function that removes the hook.
-func HoldNodeStarts(client *Client, mask uint64, entered chan<- int, release <-chan struct{}) (undo func()) {
+// client, after the first skip such goroutines, send its node's index on
+// entered and then wait until release is closed. It returns a function
+// that removes the hook.
+func HoldNodeStarts(client *Client, mask uint64, skip int, entered chan<- int, release <-chan struct{}) (undo func()) {
+	var started atomic.Int64
 	hook := func(c *Client, n int) {
-		if c == client && mask&(1<<n) != 0 {
+		if c == client && mask&(1<<n) != 0 && started.Add(1) > int64(skip) {
 			entered <- n
 			<-release
 		}

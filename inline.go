@@ -58,7 +58,7 @@ func (c *Client) fanoutInline(ctx context.Context, r round, t tally) (won bool, 
 	}
 	yes, err := r.op(opCtx, nd, deadline)
 	if r.masks != nil {
-		r.masks.answer(nd.index, yes)
+		r.masks.answer(nd.index, yes, 1)
 	}
 	if c.obs != nil {
 		c.observeNode(opCtx, r.id, r.key, r.kind, nd, yes, err, time.Since(began))

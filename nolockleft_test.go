@@ -1589,20 +1589,29 @@ func TestRealCloseReleasesAnAttemptWonDuringIt(t *testing.T) {
 		// it then removes), so it cannot wait for Close to return.
 		counted bool
 		acquire func(ctx context.Context, c *redlock.Client) error
-		nodes   int // 3 if zero
+		nodes   int  // 3 if zero
+		round2  bool // hold fencing's second round instead of the first
 	}{
 		{"mutex", nil, false, func(ctx context.Context, c *redlock.Client) error {
 			_, err := c.Lock(ctx, "close:won", time.Minute)
 			return err
-		}, 0},
+		}, 0, false},
 		{"mutex on one node", nil, false, func(ctx context.Context, c *redlock.Client) error {
 			_, err := c.Lock(ctx, "close:won", time.Minute)
 			return err
-		}, 1}, // its round runs on the caller's goroutine (inline.go)
+		}, 1, false}, // its round runs on the caller's goroutine (inline.go)
 		{"fenced mutex", []redlock.Option{redlock.WithFencing()}, false, func(ctx context.Context, c *redlock.Client) error {
 			_, err := c.TryLock(ctx, "close:won", time.Minute)
 			return err
-		}, 0},
+		}, 0, false},
+		{"fenced mutex, its second round", []redlock.Option{redlock.WithFencing()}, false, func(ctx context.Context, c *redlock.Client) error {
+			_, err := c.TryLock(ctx, "close:won", time.Minute)
+			return err
+		}, 0, true},
+		{"campaign, its second round", nil, false, func(ctx context.Context, c *redlock.Client) error {
+			_, err := c.Election("close:won").Campaign(ctx, "v")
+			return err
+		}, 0, true},
 		{"prefixed semaphore", []redlock.Option{redlock.WithKeyPrefix("app:")}, false, func(ctx context.Context, c *redlock.Client) error {
 			s, err := c.Semaphore("close:won", 1)
 			if err != nil {
@@ -1610,19 +1619,19 @@ func TestRealCloseReleasesAnAttemptWonDuringIt(t *testing.T) {
 			}
 			_, err = s.Acquire(ctx, time.Minute)
 			return err
-		}, 0},
+		}, 0, false},
 		{"reader", nil, true, func(ctx context.Context, c *redlock.Client) error {
 			_, err := c.RWMutex("close:won").RLock(ctx, time.Minute)
 			return err
-		}, 0},
+		}, 0, false},
 		{"writer", nil, true, func(ctx context.Context, c *redlock.Client) error {
 			_, err := c.RWMutex("close:won").Lock(ctx, time.Minute)
 			return err
-		}, 0},
+		}, 0, false},
 		{"campaign", nil, false, func(ctx context.Context, c *redlock.Client) error {
 			_, err := c.Election("close:won").Campaign(ctx, "v")
 			return err
-		}, 0},
+		}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := cmp.Or(tc.nodes, 3)
@@ -1648,7 +1657,11 @@ func TestRealCloseReleasesAnAttemptWonDuringIt(t *testing.T) {
 					}
 				}
 			}()
-			defer redlock.HoldNodeStarts(c, 1<<n-1, entered, release)()
+			skip := 0
+			if tc.round2 {
+				skip = n // the first round's node goroutines go on
+			}
+			defer redlock.HoldNodeStarts(c, 1<<n-1, skip, entered, release)()
 			if !tc.counted {
 				defer redlock.AfterAttempts(c, func() {
 					select {
@@ -1709,5 +1722,95 @@ func TestRealCloseReleasesAnAttemptWonDuringIt(t *testing.T) {
 				t.Errorf("%d retries reported after Close", n)
 			}
 		})
+	}
+}
+
+// gateClock blocks the first Now after armed is set, signalling entered,
+// until gate is closed.
+type gateClock struct {
+	armed   *atomic.Bool
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g gateClock) Now() time.Time {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.gate
+	}
+	return time.Now()
+}
+
+// On one node a round runs on the caller's goroutine, and its node call's
+// count ends before the verdict; fencing's second round, won after Close
+// began, must still be undone before Close returns. Here the verdict is
+// held at the round's check of its validity (the clock's next Now) with
+// Close begun: Close must not return meanwhile. (fanout counted only the
+// first round among Close's calls: Close returned at once, and the key
+// stayed until the undo, after it.)
+func TestRealCloseWaitsForAFencingRoundOnOneNode(t *testing.T) {
+	addrs := realNodes(t, 1)
+	var armed atomic.Bool
+	clock := gateClock{&armed, make(chan struct{}), make(chan struct{})}
+	c := realClient(t, addrs, redlock.WithWakeUp(false), redlock.WithNodeTimeout(2*time.Second),
+		redlock.WithFencing(), redlock.WithClock(clock))
+	entered, release := make(chan int, 4), make(chan struct{})
+	defer func() {
+		for _, ch := range []chan struct{}{release, clock.gate} {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+	}()
+	defer redlock.HoldNodeStarts(c, 1, 1, entered, release)() // the second round only
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(context.Background(), "close:fenced", time.Minute)
+		acquired <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fencing round did not start")
+	}
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- c.Close() }()
+	for deadline := time.Now().Add(10 * time.Second); !redlock.Closing(c); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Close did not begin")
+		}
+	}
+	armed.Store(true)
+	close(release) // the round goes out, and its verdict waits at the clock
+	select {
+	case <-clock.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the round did not reach its verdict")
+	}
+	select {
+	case err := <-closeErr:
+		t.Fatalf("Close returned (%v) before the fencing round's verdict", err)
+	case <-time.After(200 * time.Millisecond): // Close polls its count every millisecond
+	}
+	close(clock.gate)
+	select {
+	case err := <-closeErr:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	keys, err := redis.Strings(realConn(t, addrs[0]).Do("KEYS", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys = slices.DeleteFunc(keys, func(k string) bool { return k == redlock.FenceKey("close:fenced") }); len(keys) > 0 {
+		t.Errorf("the node holds %v once Close has returned", keys)
+	}
+	if err := <-acquired; !errors.Is(err, redlock.ErrClosed) {
+		t.Errorf("the acquisition returned %v, want ErrClosed", err)
 	}
 }

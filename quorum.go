@@ -83,11 +83,15 @@ type nodeMasks struct {
 	report           func()
 }
 
-func (m *nodeMasks) answer(node int, yes bool) {
+// answer records node's answer. It reports whether this answer was the
+// last of n nodes' (each node answers once).
+func (m *nodeMasks) answer(node int, yes bool, n int) (last bool) {
 	if yes {
 		m.agreed.Or(1 << node)
 	}
-	m.answered.Or(1 << node)
+	bit := uint64(1) << node
+	before := m.answered.Or(bit)
+	return before&bit == 0 && before|bit == 1<<n-1
 }
 
 func (m *nodeMasks) settle() {
@@ -240,8 +244,9 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 		}
 		return false, t
 	}
-	if r.kind == observe.OpAcquire {
-		// An acquisition that Close has overtaken sends nothing. Counted
+	if r.kind == observe.OpAcquire || r.kind == observe.OpFence {
+		// An acquisition (or its fencing round) that Close has overtaken
+		// sends nothing. Counted
 		// before closed is read: either this sees Close, or Close, which
 		// sets closed and then waits for the count, waits for this round
 		// (and its node calls, counted before this count ends). Without
@@ -385,16 +390,18 @@ vote:
 	return won, t
 }
 
-// wonAfterClose reports whether r, a round just won, is an acquisition
-// that Close has overtaken: it is then lost, and undone. fanout counts an
-// acquisition round among the calls that Close waits for until it
-// returns, so the undo is sent and answered before Close returns. Left to
+// wonAfterClose reports whether r, a round just won, is an acquisition's
+// (its SETs, or fencing's second round) that Close has overtaken: it is
+// then lost, and undone. fanout counts such a round among the calls that
+// Close waits for until it returns (on one inline node too, whose call's
+// own count ends before the verdict), so the undo is sent and answered
+// before Close returns. Left to
 // the caller once fanout has returned (as it was), the release could come
 // after Close, finding no call running, had returned, and a program
 // exiting then left the key for its ttl. (acquireLoop still lets go an
 // acquisition won a moment before Close began that it finds closed.)
 func (c *Client) wonAfterClose(r round) bool {
-	return r.kind == observe.OpAcquire && r.undo != nil && c.closed.Load()
+	return (r.kind == observe.OpAcquire || r.kind == observe.OpFence) && r.undo != nil && c.closed.Load()
 }
 
 // errClosedBeforeSend is the cause of an acquisition round that Close
@@ -528,18 +535,15 @@ func (f *fan) returned(nd *node, yes bool, err error, took time.Duration) (overt
 	// let go landed before any release was sent, even if this node's part
 	// reaches the verdict only after Unlock began.
 	overtaken = r.overtaken != nil && r.overtaken.overtakenAt(nd.index)
-	if r.masks != nil {
-		r.masks.answer(nd.index, yes)
-	}
+	last := r.masks != nil && r.masks.answer(nd.index, yes, int(f.n))
 	if f.c.obs != nil {
 		f.c.observeNode(&f.ops, r.id, r.key, r.kind, nd, yes, err, took)
 	}
-	last := f.running.Add(-1) == 0
-	if last && r.masks != nil {
-		// Every node has answered. Before the ballot, so that when this
-		// ballot decides the round the caller settles second, and reports
-		// the round on its own goroutine (observe.Observer: Close called
-		// from that KindSettled returns at once).
+	if last {
+		// Every node has answered. Settled before the ballot, so that
+		// when this ballot decides the round the caller settles second,
+		// and reports the round on its own goroutine (observe.Observer:
+		// Close called from that KindSettled returns at once).
 		r.masks.settle()
 	}
 	f.mu.Lock()
@@ -557,7 +561,7 @@ func (f *fan) returned(nd *node, yes bool, err error, took time.Duration) (overt
 		default: // the vote has been told already, and will drain
 		}
 	}
-	if last {
+	if f.running.Add(-1) == 0 {
 		f.ops.end(endCanceled) // after the ballot: see the count in fanout
 	}
 	return overtaken

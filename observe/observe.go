@@ -73,8 +73,10 @@ const (
 	// KindSettled: every node has answered a won acquisition or Extend
 	// (Op), stragglers included, so its count is final: Held, Margin,
 	// Quorum. Margin 0 means the lock stands on a bare majority: the
-	// deployment is degraded. It comes after KindAcquired or KindExtended,
-	// up to a node timeout later (or when a silent node's driver gives up).
+	// deployment is degraded. It comes once the round is won and every
+	// node has answered: just before KindAcquired or KindExtended when the
+	// last answer decided the round, otherwise after it, up to a node
+	// timeout later (or when a silent node's driver gives up).
 	KindSettled
 )
 
