@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/redlock/driver"
@@ -59,14 +60,26 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 	}
 	h := Health{Nodes: make([]NodeHealth, len(c.nodes)), Quorum: c.quorum}
 	deadline := c.nodeDeadline(ctx)
+	// The PINGs' context ends at the deadline, or once the last has
+	// returned: not when Ping returns because ctx ended. A PING still queued
+	// in its node's pipe may lead a batch of other callers' commands, which
+	// go out under the leader's context (pipe.go), and a driver that honours
+	// its cancellation would not send them.
 	opCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	defer cancel()
+	var left atomic.Int32
+	left.Store(int32(len(c.nodes)))
+	end := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
 	answers := make(chan NodeHealth, len(c.nodes))
 	c.calls.Add(len(c.nodes))
 	start := time.Now()
 	for _, nd := range c.nodes {
 		go func() {
 			defer c.calls.Done()
+			defer end()
 			reply, err := nd.command(opCtx, deadline, driver.Command{Name: "PING"})
 			if err == nil && reply != "PONG" {
 				err = nd.nodeError(fmt.Errorf("redlock: unexpected reply %v to PING", reply))

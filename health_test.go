@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // Ping reports every node, bounded by the node timeout even when a node
@@ -115,4 +118,63 @@ func TestCloseIsBounded(t *testing.T) {
 	err = client.Close()
 	assert.True(t, errors.Is(err, redlock.ErrNodeTimeout), "Close = %v, want ErrNodeTimeout", err)
 	assert.Less(t, time.Since(start), 3*timeout+500*time.Millisecond, "Close's bound: three node timeouts")
+}
+
+// pingGate holds each batch that carries a PING until release is closed,
+// and then tells errs whether the batch's context had ended.
+type pingGate struct {
+	redlock.Pool
+	entered chan struct{}
+	release chan struct{}
+	errs    chan error
+}
+
+func (p *pingGate) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
+	for _, c := range cmds {
+		if c.Name == "PING" {
+			p.entered <- struct{}{}
+			<-p.release
+			p.errs <- ctx.Err()
+			break
+		}
+	}
+	return p.Pool.Exec(ctx, cmds, replies)
+}
+
+// A Ping whose caller stopped waiting leaves its PINGs' context live until
+// their deadline: a PING still queued in its node's pipe may lead a batch
+// of other callers' commands, which go out under the leader's context, and
+// a driver that honours cancellation (rueidis, go-redis) would not send
+// them. (Ping cancelled that context as it returned.)
+func TestPingAbandonedKeepsItsCommandsContext(t *testing.T) {
+	m := miniredis.RunT(t)
+	inner := redigo.NewPool(m.Addr())
+	defer inner.Close()
+	p := &pingGate{Pool: inner, entered: make(chan struct{}, 1), release: make(chan struct{}), errs: make(chan error, 1)}
+	c, err := redlock.New([]redlock.Pool{p}, redlock.WithNodeTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	pinged := make(chan struct{})
+	go func() {
+		defer close(pinged)
+		_, _ = c.Ping(ctx)
+	}()
+	select {
+	case <-p.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the PING did not reach the pool")
+	}
+	cancel()
+	select {
+	case <-pinged: // Ping returned: its caller stopped waiting
+	case <-time.After(10 * time.Second):
+		t.Fatal("Ping did not return once its ctx ended")
+	}
+	close(p.release)
+	if err := <-p.errs; err != nil {
+		t.Errorf("the PING's batch went to the pool with its context ended (%v) once Ping had returned", err)
+	}
 }

@@ -1006,8 +1006,19 @@ func (l *Lock) reseed(ctx context.Context, args *cmdArgs, until time.Time, absen
 		return
 	}
 	deadline := c.nodeDeadline(ctx)
+	// The SETs' context ends at the deadline, or once the last has
+	// returned, not when reseed returns: a SET still queued in its node's
+	// pipe may lead a batch of other callers' commands, which go out under
+	// the leader's context (pipe.go). left counts the SETs running, and
+	// this call until it has started them all.
 	opCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	defer cancel()
+	var left atomic.Int32
+	left.Store(1)
+	end := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
 	done := make(chan struct{}, len(c.nodes))
 	sent := 0
 	for _, n := range c.nodes {
@@ -1016,8 +1027,10 @@ func (l *Lock) reseed(ctx context.Context, args *cmdArgs, until time.Time, absen
 		}
 		sent++
 		c.calls.Add(1)
+		left.Add(1)
 		go func() {
 			defer c.calls.Done()
+			defer end()
 			defer func() { done <- struct{}{} }()
 			if hook := testHookReseed.Load(); hook != nil {
 				(*hook)(l, n.index)
@@ -1041,6 +1054,7 @@ func (l *Lock) reseed(ctx context.Context, args *cmdArgs, until time.Time, absen
 			}
 		}()
 	}
+	end()
 	for range sent {
 		select {
 		case <-done:

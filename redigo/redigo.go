@@ -149,6 +149,11 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 	if err := p.Valid(); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		// Cancelled with its deadline still ahead: redigo would take an
+		// idle connection and send anyway, a write to be undone.
+		return err
+	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(poolIOTimeout)

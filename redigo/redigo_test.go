@@ -1,6 +1,8 @@
 package redigo_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/redigo"
 	"github.com/quorumlock/redlock/redlocktest"
 )
@@ -82,5 +85,32 @@ func TestRedigoSingleServer(t *testing.T) {
 	var none *redigo.Pool
 	if none.SingleServer() {
 		t.Error("a nil Pool reports SingleServer")
+	}
+}
+
+// A ctx cancelled before Exec, its deadline still ahead, sends nothing,
+// even with an idle connection in the pool: it returns ctx's error.
+func TestExecCancelledContextSendsNothing(t *testing.T) {
+	m := miniredis.RunT(t)
+	p := redigo.NewPool(m.Addr())
+	defer p.Close()
+	c := p.Get()
+	if _, err := c.Do("PING"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // idle in the pool now
+	for _, n := range []int{1, 2} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cancel()
+		cmds := make([]driver.Command, n)
+		for i := range cmds {
+			cmds[i] = driver.Command{Name: "SET", Args: []any{"cancelled", "x"}, NumKeys: 1}
+		}
+		if err := p.Exec(ctx, cmds, make([]driver.Reply, n)); !errors.Is(err, context.Canceled) {
+			t.Errorf("%d commands: Exec = %v, want context.Canceled", n, err)
+		}
+		if m.Exists("cancelled") {
+			t.Errorf("%d commands: the key was written", n)
+		}
 	}
 }
