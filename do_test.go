@@ -496,7 +496,9 @@ func ExampleClient_Do() {
 		defer p.Close()
 		pools = append(pools, p)
 	}
-	client, err := redlock.New(pools)
+	// Nodes in this process, on a busy test machine, may need more than
+	// the default node timeout (50ms).
+	client, err := redlock.New(pools, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		panic(err)
 	}

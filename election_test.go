@@ -613,7 +613,9 @@ func TestElectionCampaignCancelled(t *testing.T) {
 func ExampleElection() {
 	pools, stop := exampleNodes(3)
 	defer stop()
-	client, err := redlock.New(pools)
+	// Nodes in this process, on a busy test machine, may need more than
+	// the default node timeout (50ms).
+	client, err := redlock.New(pools, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

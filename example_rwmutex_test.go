@@ -15,7 +15,9 @@ import (
 func ExampleRWMutex() {
 	pools, stop := exampleNodes(3)
 	defer stop()
-	client, err := redlock.New(pools)
+	// Nodes in this process, on a busy test machine, may need more than
+	// the default node timeout (50ms).
+	client, err := redlock.New(pools, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -60,7 +62,9 @@ func ExampleRWMutex() {
 func ExampleRWMutex_RDo() {
 	pools, stop := exampleNodes(3)
 	defer stop()
-	client, err := redlock.New(pools)
+	// Nodes in this process, on a busy test machine, may need more than
+	// the default node timeout (50ms).
+	client, err := redlock.New(pools, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -43,7 +43,9 @@ func Example() {
 	pools, stop := exampleNodes(5)
 	defer stop()
 
-	client, err := redlock.New(pools)
+	// Nodes in this process, on a busy test machine, may need more than
+	// the default node timeout (50ms).
+	client, err := redlock.New(pools, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -74,7 +76,9 @@ func Example() {
 func ExampleClient_TryLock() {
 	pools, stop := exampleNodes(3)
 	defer stop()
-	client, err := redlock.New(pools)
+	// Nodes in this process, on a busy test machine, may need more than
+	// the default node timeout (50ms).
+	client, err := redlock.New(pools, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

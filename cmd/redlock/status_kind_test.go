@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,9 +107,10 @@ func TestStatusJSON(t *testing.T) {
 		got.TokenPrefix != tokenPrefix(l.Value()) || len(got.Node) != 3 {
 		t.Fatalf("status --json = %+v", got)
 	}
+	fence := strconv.FormatUint(l.Token(), 10) // 1, unless the loop above took the lock again
 	for i, n := range got.Node {
-		if i < 2 && (n.State != "holds" || n.Fence != "1" || n.PTTLms == nil || *n.PTTLms <= 0) {
-			t.Errorf("node %d = %+v, want holds with fence 1 and a ttl", i, n)
+		if i < 2 && (n.State != "holds" || n.Fence != fence || n.PTTLms == nil || *n.PTTLms <= 0) {
+			t.Errorf("node %d = %+v, want holds with fence %s and a ttl", i, n, fence)
 		}
 		if i == 2 && (n.State != "unknown" || !strings.Contains(n.Error, "refused")) {
 			t.Errorf("stopped node = %+v, want unknown with the cause", n)
