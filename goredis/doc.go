@@ -59,7 +59,9 @@
 // client's options.
 //
 // A *redis.Client of one standalone master, without TLS and with
-// ContextTimeoutEnabled, therefore returns by the context's deadline, and
+// ContextTimeoutEnabled (and neither ReadTimeout nor WriteTimeout set to
+// -2, which turns the socket's deadlines off), therefore returns by the
+// context's deadline, and
 // its Pool says so (Pool.HonorsDeadline, driver.DeadlineHonorer). A
 // redlock.Client of one such node runs each operation on the caller's
 // goroutine rather than on one of its own, which halved the time of an

@@ -3,6 +3,7 @@ package goredis
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,9 @@ var (
 // check, so a held lock could reappear absent on another shard (see the
 // package doc).
 func NewPool(client redis.UniversalClient) *Pool {
+	if isNil(client) {
+		return NewNamedPool(client, "")
+	}
 	return NewNamedPool(client, clientName(client))
 }
 
@@ -45,13 +49,34 @@ func NewPool(client redis.UniversalClient) *Pool {
 // with a custom Dialer. A client NewPool refuses, it refuses too.
 func NewNamedPool(client redis.UniversalClient, name string) *Pool {
 	p := &Pool{client: client, name: name}
-	switch client.(type) {
-	case nil:
+	switch {
+	case isNil(client):
 		p.err = errNilClient
-	case *redis.Ring:
-		p.err = errRing
+	default:
+		if _, ok := client.(*redis.Ring); ok {
+			p.err = errRing
+		}
 	}
 	return p
+}
+
+// isNil reports whether client is nil, or a nil pointer of some client
+// type (a typed nil in the interface, which a nil check misses).
+func isNil(client redis.UniversalClient) bool {
+	if client == nil {
+		return true
+	}
+	v := reflect.ValueOf(client)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// unusable returns why p cannot send: errNilClient for the zero Pool (or a
+// nil *Pool), or what Valid reports.
+func (p *Pool) unusable() error {
+	if p == nil || p.client == nil {
+		return errNilClient
+	}
+	return p.err
 }
 
 var (
@@ -61,8 +86,12 @@ var (
 
 // HonorsDeadline implements driver.DeadlineHonorer. It reports true for a
 // *redis.Client of one standalone master, without TLS, whose options set
-// ContextTimeoutEnabled: go-redis then sets every read and write deadline
-// from ctx, and it waits for a pooled connection and dials under ctx.
+// ContextTimeoutEnabled and set neither ReadTimeout nor WriteTimeout to
+// -2 (which turns the socket's deadlines off, ctx's too; -1, no timeout of
+// go-redis's own, keeps ctx's): go-redis then sets every read and write deadline from ctx, and it
+// waits for a pooled connection and dials under ctx. (A custom Dialer or
+// hook that ignores ctx voids the promise; name such a client's Pool
+// without it, or keep its hooks bounded.)
 // Without ContextTimeoutEnabled go-redis ignores ctx's deadline on the
 // socket and waits ReadTimeout and WriteTimeout instead; a TLS dial ignores
 // ctx and waits DialTimeout (see Deadlines in the package doc). A Sentinel
@@ -72,12 +101,18 @@ var (
 // client, report false, so that the core's node timeout bounds them (see
 // driver.DeadlineHonorer).
 func (p *Pool) HonorsDeadline() bool {
+	if p.unusable() != nil {
+		return false
+	}
 	c, ok := p.client.(*redis.Client)
-	if !ok || p.err != nil {
+	if !ok {
 		return false
 	}
 	opt := c.Options()
-	return opt.ContextTimeoutEnabled && opt.TLSConfig == nil && opt.Addr != failoverAddr
+	// A negative ReadTimeout or WriteTimeout (-2 in go-redis's options)
+	// turns the socket's deadlines off altogether, ctx's included.
+	return opt.ContextTimeoutEnabled && opt.TLSConfig == nil && opt.Addr != failoverAddr &&
+		opt.ReadTimeout >= 0 && opt.WriteTimeout >= 0
 }
 
 // SingleServer implements driver.SingleServer: a *redis.Client, of one
@@ -86,12 +121,16 @@ func (p *Pool) HonorsDeadline() bool {
 // script call. A ClusterClient routes each command by its keys' slot and
 // reports false, as does any other client.
 func (p *Pool) SingleServer() bool {
+	if p.unusable() != nil {
+		return false
+	}
 	_, ok := p.client.(*redis.Client)
-	return ok && p.err == nil
+	return ok
 }
 
-// Valid implements driver.Validator: it reports a nil client or a Ring.
-func (p *Pool) Valid() error { return p.err }
+// Valid implements driver.Validator: it reports a Pool without a client
+// (the zero Pool, or one made of a nil client) or of a Ring.
+func (p *Pool) Valid() error { return p.unusable() }
 
 // failoverAddr is the placeholder address go-redis gives the options of a
 // Sentinel failover client; it names no server.
@@ -118,7 +157,12 @@ func clientName(client redis.UniversalClient) string {
 // *redis.ClusterClient joined by commas ("10.0.0.1:7000,10.0.0.2:7000"), or
 // "" when the client's options name no server (node errors then show the
 // node's index only).
-func (p *Pool) Name() string { return p.name }
+func (p *Pool) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
+}
 
 // Exec implements redlock.Pool. A single command goes out by the client's
 // Process; several go out as one go-redis pipeline, so that a batch costs one
@@ -126,8 +170,8 @@ func (p *Pool) Name() string { return p.name }
 // go-redis's own retries are off for these commands: retries are the core's
 // (see the package doc).
 func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver.Reply) error {
-	if p.err != nil {
-		return p.err
+	if err := p.unusable(); err != nil {
+		return err
 	}
 	if len(cmds) == 1 {
 		cmd := newCmd(ctx, &cmds[0], make([]any, 1+len(cmds[0].Args)))

@@ -468,6 +468,44 @@ func TestNewPoolRefusesRing(t *testing.T) {
 	}
 }
 
+// The zero Pool, a nil *Pool and a Pool of a typed nil client are refused
+// with an error wrapping redlock.ErrInvalid where a Pool is checked, and
+// every method returns an error or a zero value, never a panic.
+func TestZeroAndNilPool(t *testing.T) {
+	ctx := context.Background()
+	var nilClient *redis.Client
+	var nilCluster *redis.ClusterClient
+	for name, p := range map[string]*goredis.Pool{
+		"zero Pool":                 {},
+		"nil *Pool":                 nil,
+		"NewPool(nil)":              goredis.NewPool(nil),
+		"NewPool(nil *Client)":      goredis.NewPool(nilClient),
+		"NewPool(nil *Cluster)":     goredis.NewPool(nilCluster),
+		"NewNamedPool(nil *Client)": goredis.NewNamedPool(nilClient, "x"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if p.Valid() == nil {
+				t.Error("Valid() = nil, want an error")
+			}
+			if p != nil {
+				if _, err := redlock.New([]redlock.Pool{p}); !errors.Is(err, redlock.ErrInvalid) {
+					t.Errorf("redlock.New = %v, want ErrInvalid", err)
+				}
+			}
+			if err := p.Exec(ctx, []driver.Command{{Name: "PING"}}, make([]driver.Reply, 1)); err == nil {
+				t.Error("Exec = nil, want an error")
+			}
+			if err := p.Subscribe(ctx, "c", func() { t.Error("ready") }, func(string) {}); err == nil {
+				t.Error("Subscribe = nil, want an error")
+			}
+			if p.HonorsDeadline() || p.SingleServer() {
+				t.Error("HonorsDeadline or SingleServer reports true")
+			}
+			_ = p.Name()
+		})
+	}
+}
+
 // An idle subscription outlives many ping intervals, and one to a server
 // that stops answering (SIGSTOP: the connection stays open) ends with an
 // error within two.
@@ -550,6 +588,10 @@ func TestHonorsDeadline(t *testing.T) {
 		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), false},
 		{"failover", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), false},
 		{"nil", nil, false},
+		{"ReadTimeout -2", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
+		{"WriteTimeout -2", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, WriteTimeout: -2}), false},
+		// -1 is no timeout of go-redis's own: ctx's deadline still applies.
+		{"ReadTimeout -1", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: -1}), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.client != nil {

@@ -25,6 +25,9 @@ var pubsubPing = 5 * time.Second
 // timeout ends it with that error, so that the caller knows it may have
 // missed a message.
 func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deliver func(payload string)) error {
+	if err := p.unusable(); err != nil {
+		return err
+	}
 	ps := p.client.Subscribe(ctx) // no channel: PubSub.Subscribe reports the error
 	defer ps.Close()
 	stop := context.AfterFunc(ctx, func() { ps.Close() }) // ends a blocked receive
