@@ -80,7 +80,9 @@
 // rueidis resends only commands marked read-only, and the commands Exec
 // builds are not, so a SET or a script never runs twice; a cluster client
 // does follow MOVED and ASK redirections, which run it once, on the right
-// node.
+// node, except for a write sent with its WAIT (redlock.WithReplicaAcks),
+// which goes on a dedicated connection to its slot's primary and takes a
+// redirection as its error reply (see Pool.Exec).
 //
 // # Redis Cluster and Sentinel
 //

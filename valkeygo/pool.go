@@ -100,7 +100,9 @@ func (p *Pool) SingleServer() bool {
 
 // Exec sends one command by Client.Do, and several by Client.DoMulti, which
 // writes them in order on one connection (one per slot, for a cluster
-// client). See redlock.Pool, and the package doc for the choice.
+// client). See redlock.Pool, and the package doc for the choice. A cluster
+// client's write followed by WAIT goes on a dedicated connection instead
+// (execPinned).
 //
 // An error reply becomes Reply.Err, a driver.ReplyError with the text the
 // server sent. Any other error, on any command of the batch, is returned
@@ -133,8 +135,15 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 		}
 		built[i] = cmd
 	}
-	results := p.Client.DoMulti(ctx, built...)
-	if len(results) != len(cmds) {
+	if slots && waitsFor(cmds) {
+		return p.execPinned(ctx, built, replies)
+	}
+	return storeReplies(replies, p.Client.DoMulti(ctx, built...))
+}
+
+// storeReplies stores a batch's results in replies (storeReply).
+func storeReplies(replies []driver.Reply, results []valkey.ValkeyResult) error {
+	if len(results) != len(replies) {
 		return errReplyCount
 	}
 	for i, r := range results {
@@ -143,6 +152,33 @@ func (p *Pool) Exec(ctx context.Context, cmds []driver.Command, replies []driver
 		}
 	}
 	return nil
+}
+
+// waitsFor reports a batch of one keyed command followed by WAIT: a write
+// and the count of replicas that acknowledged it (redlock.WithReplicaAcks).
+func waitsFor(cmds []driver.Command) bool {
+	return len(cmds) == 2 && strings.EqualFold(cmds[1].Name, "WAIT") && cmds[0].NumKeys > 0
+}
+
+// execPinned sends a cluster client's write and WAIT on one dedicated
+// connection to the primary of the write's slot. WAIT counts the replicas
+// that acknowledged the writes of its own connection, and has no key: the
+// client's DoMulti would follow a MOVED for the write alone, to its new
+// primary, while WAIT answered for a connection that wrote nothing (the
+// old primary's replicas, counted for a write they never saw), and an ASK
+// for such a batch made valkey-go v1.0.79 panic. A dedicated connection
+// follows no redirection: a MOVED or ASK is the write's error reply, a
+// vote not won, and WAIT counts the replicas of the write's own primary.
+func (p *Pool) execPinned(ctx context.Context, built []valkey.Completed, replies []driver.Reply) error {
+	var stored error
+	err := p.Client.Dedicated(func(d valkey.DedicatedClient) error {
+		stored = storeReplies(replies, d.DoMulti(ctx, built...))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return stored
 }
 
 var errReplyCount = errors.New("redlock/valkeygo: reply count does not match")

@@ -27,6 +27,11 @@ import (
 // context, bounded by ClientOption.Dialer.Timeout (5 seconds by default);
 // if ctx ends first, Subscribe returns then, and the connection is closed
 // when the dial finishes.
+//
+// Closing the client does not end a running Subscribe: its dedicated
+// connection outlives Client.Close until ctx ends. A redlock.Client ends
+// its subscriptions in its own Close, so close it before the valkey-go
+// client.
 func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deliver func(string)) error {
 	if p.Client == nil {
 		return errNoClient
