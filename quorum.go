@@ -197,8 +197,8 @@ func causeOrder(err error) int {
 //   - It returns lost as soon as a majority is impossible: more than
 //     N − quorum nodes refused, failed or timed out. A majority for which
 //     r.valid reports false is lost too (step 3), and so is an
-//     acquisition's (an r.undo set) once Close has begun: it is undone
-//     while Close still waits for it (wonAfterClose).
+//     acquisition's or its fencing round's (an r.undo set) once Close has
+//     begun: it is undone while Close still waits for it (wonAfterClose).
 //   - It returns lost when ctx ends, with ctx.Err() among the causes; a lost
 //     round whose ctx has ended by the time the vote stops has ctx.Err()
 //     among its causes too, even if the node deadline fired first. If ctx
@@ -246,12 +246,12 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	}
 	if r.kind == observe.OpAcquire || r.kind == observe.OpFence {
 		// An acquisition (or its fencing round) that Close has overtaken
-		// sends nothing. Counted
-		// before closed is read: either this sees Close, or Close, which
-		// sets closed and then waits for the count, waits for this round
-		// (and its node calls, counted before this count ends). Without
-		// it an attempt that passed its caller's check of closed (making
-		// its token, say) sent its round after Close had returned.
+		// sends nothing. Counted before closed is read: either this sees
+		// Close, or Close, which sets closed and then waits for the count,
+		// waits for this round (and its node calls, counted before this
+		// count ends). Without it an attempt that passed its caller's
+		// check of closed (making its token, say) sent its round after
+		// Close had returned.
 		c.calls.Add(1)
 		defer c.calls.Done()
 		if c.closed.Load() {
@@ -395,11 +395,11 @@ vote:
 // then lost, and undone. fanout counts such a round among the calls that
 // Close waits for until it returns (on one inline node too, whose call's
 // own count ends before the verdict), so the undo is sent and answered
-// before Close returns. Left to
-// the caller once fanout has returned (as it was), the release could come
-// after Close, finding no call running, had returned, and a program
-// exiting then left the key for its ttl. (acquireLoop still lets go an
-// acquisition won a moment before Close began that it finds closed.)
+// before Close returns. Left to the caller once fanout has returned (as
+// it was), the release could come after Close, finding no call running,
+// had returned, and a program exiting then left the key for its ttl.
+// (acquireLoop still lets go an acquisition won just before Close began
+// that it finds closed.)
 func (c *Client) wonAfterClose(r round) bool {
 	return (r.kind == observe.OpAcquire || r.kind == observe.OpFence) && r.undo != nil && c.closed.Load()
 }
