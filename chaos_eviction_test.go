@@ -200,9 +200,11 @@ func (p chaosOOMCounter) Exec(ctx context.Context, cmds []driver.Command, replie
 // once after it is written, as a cache's entries are. When the node refuses
 // a write with OOM (noeviction, or a volatile-* policy with nothing
 // volatile left), the node is full: for 20 to 200 ms the writer keeps it
-// full with 256-byte values, one every millisecond (Redis shrinks a client's
-// query buffer once the big writes stop, which would make room otherwise).
-// Then it deletes the older half of its keys and leaves that room for 20 to
+// full with 256-byte values, one a millisecond while they are refused and
+// one after another while they find room (Redis shrinks a client's query
+// buffer once the big writes stop, which makes room; at one a millisecond
+// they did not always fill it again, and in two runs of the whole suite no
+// lock command met a full node in 20 s). Then it deletes the older half of its keys and leaves that room for 20 to
 // 200 ms before it fills the node again. Lock commands are refused with OOM
 // while a node is full and accepted while it has room.
 type chaosJunk struct {
@@ -256,10 +258,13 @@ func (j *chaosJunk) run(ctx context.Context) error {
 			continue
 		}
 		for end := time.Now().Add(pause()); ctx.Err() == nil && time.Now().Before(end); {
-			if _, err := set(chaosJunkSmall); err != nil {
+			full, err := set(chaosJunkSmall)
+			if err != nil {
 				return err
 			}
-			sleepCtx(ctx, time.Millisecond)
+			if full {
+				sleepCtx(ctx, time.Millisecond)
+			} // else there was room: fill it again at once
 		}
 		for mid := oldest + (next-oldest)/2; oldest < mid; oldest++ {
 			if _, err := j.conn.Do("DEL", "junk:"+strconv.Itoa(oldest)); err != nil {
