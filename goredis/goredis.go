@@ -38,9 +38,6 @@ var (
 // check, so a held lock could reappear absent on another shard (see the
 // package doc).
 func NewPool(client redis.UniversalClient) *Pool {
-	if isNil(client) {
-		return NewNamedPool(client, "")
-	}
 	return NewNamedPool(client, clientName(client))
 }
 
@@ -49,13 +46,10 @@ func NewPool(client redis.UniversalClient) *Pool {
 // with a custom Dialer. A client NewPool refuses, it refuses too.
 func NewNamedPool(client redis.UniversalClient, name string) *Pool {
 	p := &Pool{client: client, name: name}
-	switch {
-	case isNil(client):
+	if isNil(client) {
 		p.err = errNilClient
-	default:
-		if _, ok := client.(*redis.Ring); ok {
-			p.err = errRing
-		}
+	} else if _, ok := client.(*redis.Ring); ok {
+		p.err = errRing
 	}
 	return p
 }
@@ -88,8 +82,9 @@ var (
 // *redis.Client of one standalone master, without TLS, whose options set
 // ContextTimeoutEnabled and set neither ReadTimeout nor WriteTimeout to
 // -2 (which turns the socket's deadlines off, ctx's too; -1, no timeout of
-// go-redis's own, keeps ctx's): go-redis then sets every read and write deadline from ctx, and it
-// waits for a pooled connection and dials under ctx. (A custom Dialer or
+// go-redis's own, keeps ctx's): go-redis then sets every read and write
+// deadline from ctx, and it waits for a pooled connection and dials under
+// ctx. (A custom Dialer or
 // hook that ignores ctx voids the promise; name such a client's Pool
 // without it, or keep its hooks bounded.)
 // Without ContextTimeoutEnabled go-redis ignores ctx's deadline on the
@@ -138,9 +133,12 @@ const failoverAddr = "FailoverClient"
 
 // clientName returns the address client's options name: a *redis.Client's
 // Addr, "host:port"; a *redis.ClusterClient's seed addresses, joined by
-// commas. It returns "" for a Sentinel failover client and for any other
-// implementation of redis.UniversalClient.
+// commas. It returns "" for no client (a typed nil too), a Sentinel
+// failover client and any other implementation of redis.UniversalClient.
 func clientName(client redis.UniversalClient) string {
+	if isNil(client) {
+		return ""
+	}
 	switch c := client.(type) {
 	case *redis.Client:
 		if addr := c.Options().Addr; addr != failoverAddr {
