@@ -225,14 +225,30 @@ func (c *Client) keep(l lease, ttl time.Duration, stop <-chan struct{}, cancel c
 			cancel(err)
 			return loss{err: err}
 		default:
-			// A retry that starts after validity ran out says only that;
-			// keep the failure that explains why the extensions failed.
-			if last == nil || !errors.Is(err, ErrExpired) {
+			// Keep the failure that explains best why the extensions
+			// failed: a retry that starts after validity ran out, or one
+			// that validity's deadline ended before any node answered,
+			// says less than an earlier one that names the nodes' errors.
+			if explains(err) >= explains(last) {
 				last = err
 			}
 			timer.Reset(c.retryDelay())
 		}
 	}
+}
+
+// explains ranks a failed extension's error by what it tells of the
+// failure: 2 if it names nodes' errors, 1 for any other error but
+// ErrExpired, 0 for ErrExpired or none.
+func explains(err error) int {
+	var ne *NodeError
+	switch {
+	case errors.As(err, &ne):
+		return 2
+	case err == nil || errors.Is(err, ErrExpired):
+		return 0
+	}
+	return 1
 }
 
 // refused reports whether an Extend failed only because nodes answered that
