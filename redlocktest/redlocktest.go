@@ -39,7 +39,8 @@
 //     command once (no retries behind the core's back); NOSCRIPT falls back
 //     to EVAL.
 //   - TLS and ACL: a TLS-only server with client certificates, and an ACL
-//     user allowed only what the library sends.
+//     user allowed only what the library sends; with each, a waiting Lock
+//     is woken by release notices (a driver.Subscriber's).
 //   - Names: node errors carry the node's address (driver.Namer).
 //   - Subscribe: messages published on a channel reach a subscriber
 //     (driver.Subscriber).
@@ -65,6 +66,7 @@ import (
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/observe"
 )
 
 // A Server is a redis-server the kit started, as an adapter must dial it.
@@ -577,6 +579,13 @@ func (k *kit) tls(t *testing.T) {
 		t.Errorf("Unlock over TLS: %v", err)
 	}
 
+	// Release notices reach a waiter over TLS too.
+	rcs := make([]redis.Conn, len(servers))
+	for i, s := range servers {
+		rcs[i] = conn(t, s.Addr, redis.DialUseTLS(true), redis.DialTLSConfig(files.Client))
+	}
+	wakes(t, pools, "kit:tls:wake", rcs)
+
 	// Without TLS the same servers answer nothing useful.
 	plain := newClient(t, []redlock.Pool{k.a.Dial(t, Server{Addr: servers[0].Addr})})
 	if _, err := plain.TryLock(context.Background(), "kit:tls:plain", time.Second); err == nil {
@@ -608,11 +617,104 @@ func (k *kit) acl(t *testing.T) {
 		t.Errorf("Unlock as an ACL user: %v", err)
 	}
 
+	// Release notices reach a waiter that is an ACL user too.
+	rcs := make([]redis.Conn, len(servers))
+	for i, s := range servers {
+		rcs[i] = conn(t, s.Addr, redis.DialUsername("locker"), redis.DialPassword("lockpw"))
+	}
+	wakes(t, pools, "kit:acl:wake", rcs)
+
 	wrong := newClient(t, []redlock.Pool{k.a.Dial(t, Server{Addr: servers[0].Addr, Username: "locker", Password: "wrong"})})
 	if _, err := wrong.TryLock(ctx, "kit:acl:wrong", time.Second); err == nil {
 		t.Error("a wrong password locked")
 	}
 }
+
+// wakes checks that a Lock waiting on key through pools is woken by release
+// notices, through the adapter's driver.Subscriber, and not by its next
+// timed attempt, a minute away. rcs reach the same nodes, as pools do (over
+// TLS, as an ACL user): they hold the key for someone else until the
+// waiter's first attempt has failed, then free it, and announce its release
+// on every node, again every 50 ms (a notice sent before the waiter's
+// subscription opened is lost, as a hint may be), until the waiter has it.
+// A Pool that is no Subscriber is not woken, and is not checked.
+func wakes(t *testing.T, pools []redlock.Pool, key string, rcs []redis.Conn) {
+	t.Helper()
+	if _, ok := pools[0].(driver.Subscriber); !ok {
+		t.Logf("%T is no driver.Subscriber: waiters are not woken on release", pools[0])
+		return
+	}
+	for _, rc := range rcs {
+		if _, err := rc.Do("SET", key, "someone else", "PX", 60000); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+	}
+	waiting := make(chan struct{}, 1)
+	var woken atomic.Bool
+	obs := observerFunc(func(e observe.Event) {
+		switch e.Kind {
+		case observe.KindRetry:
+			select {
+			case waiting <- struct{}{}:
+			default:
+			}
+		case observe.KindAcquired:
+			woken.Store(e.Woken)
+		}
+	})
+	waiter := newClient(t, pools, redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)), redlock.WithObserver(obs))
+	defer waiter.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, key, 10*time.Second)
+		if err == nil {
+			err = l.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	select {
+	case <-waiting:
+	case err := <-got:
+		t.Fatalf("the waiter's Lock returned %v before it waited", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter's first attempt did not fail")
+	}
+	for _, rc := range rcs {
+		if _, err := rc.Do("DEL", key); err != nil {
+			t.Fatalf("DEL %s: %v", key, err)
+		}
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.After(10 * time.Second); ; {
+		for _, rc := range rcs {
+			// The release channel of a Client without WithKeyPrefix.
+			if _, err := rc.Do("PUBLISH", "redlock:released", key); err != nil {
+				t.Fatalf("PUBLISH: %v", err)
+			}
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("the waiter: %v", err)
+			}
+			if !woken.Load() {
+				t.Error("the waiter's winning attempt was not a woken one")
+			}
+			return
+		case <-deadline:
+			t.Fatal("the waiter was not woken within 10s of the key's release (its timed attempt is a minute away)")
+		case <-tick.C:
+		}
+	}
+}
+
+// observerFunc is an observe.Observer.
+type observerFunc func(observe.Event)
+
+func (f observerFunc) Observe(_ context.Context, e observe.Event) { f(e) }
 
 func (k *kit) names(t *testing.T) {
 	s := start(t, 1)[0]
