@@ -279,9 +279,37 @@ func (p *Pool) dial(ctx context.Context) (redis.Conn, error) {
 	case p.Pool.DialContext != nil:
 		return p.Pool.DialContext(ctx)
 	case p.Pool.Dial != nil:
-		return p.Pool.Dial()
+		return dialAside(ctx, p.Pool.Dial)
 	}
 	return nil, errors.New("redlock/redigo: the redigo pool has no Dial function")
+}
+
+// dialAside runs a program's Dial, which takes no ctx, on a goroutine of
+// its own, so that Subscribe returns once ctx ends even while the dial
+// hangs (a frozen server, and a Dial without timeouts: its AUTH or SELECT
+// would wait for ever); the waker's Close waits for Subscribe. A
+// connection the dial makes after that is closed.
+func dialAside(ctx context.Context, dial func() (redis.Conn, error)) (redis.Conn, error) {
+	type dialed struct {
+		conn redis.Conn
+		err  error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		conn, err := dial()
+		done <- dialed{conn, err}
+	}()
+	select {
+	case d := <-done:
+		return d.conn, d.err
+	case <-ctx.Done():
+		go func() {
+			if d := <-done; d.conn != nil {
+				d.conn.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // ctxOr returns ctx's error if it has ended, which explains err, and err

@@ -3,6 +3,7 @@ package redigo_test
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -112,5 +113,60 @@ func TestExecCancelledContextSendsNothing(t *testing.T) {
 		if m.Exists("cancelled") {
 			t.Errorf("%d commands: the key was written", n)
 		}
+	}
+}
+
+// Subscribe on a program's own pool, whose Dial takes no ctx, returns once
+// ctx ends even while the dial hangs: here the server accepts the
+// connection and never answers the dial's AUTH, and the Dial sets no
+// timeout. (Subscribe waited for the dial, so that Close, which waits for
+// the subscriptions, returned an error after its whole bound.)
+func TestSubscribeHungDialEndsWithContext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 16) // closed by the cleanup, unanswered
+	served := make(chan struct{})
+	t.Cleanup(func() {
+		ln.Close()
+		<-served
+		close(accepted)
+		for c := range accepted {
+			c.Close()
+		}
+	})
+	go func() {
+		defer close(served)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dialed := make(chan struct{}, 1)
+	own := &redis.Pool{Dial: func() (redis.Conn, error) {
+		dialed <- struct{}{}
+		return redis.Dial("tcp", ln.Addr().String(), redis.DialPassword("pw"))
+	}}
+	p := &redigo.Pool{Pool: own, Addr: ln.Addr().String()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Subscribe(ctx, "hung", func() {}, func(string) {}) }()
+	select {
+	case <-dialed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe did not dial")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Subscribe = %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe still dialling 5s after its ctx ended")
 	}
 }
