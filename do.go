@@ -80,8 +80,12 @@ func (c *Client) hold(ctx context.Context, key string, ttl time.Duration, acquir
 	if fn == nil {
 		return invalid("nil function")
 	}
-	l, err := acquire(ctx)
+	// The acquisition stays counted among Close's calls until holdLease
+	// has registered the lock with Close (or released it): handOff.
+	hctx, h := withHandOff(ctx)
+	l, err := acquire(hctx)
 	if err != nil {
+		h.done(c)
 		return err
 	}
 	var lost func(error)
@@ -90,7 +94,7 @@ func (c *Client) hold(ctx context.Context, key string, ttl time.Duration, acquir
 			c.obs.Observe(ctx, observe.Event{Kind: observe.KindLost, ID: l.id, Key: key, HeldFor: time.Since(l.granted), Err: err})
 		}
 	}
-	return c.holdLease(ctx, context.WithValue(ctx, heldKey{}, l), l, ttl, fn, l.Unlock, lost)
+	return c.holdLease(ctx, context.WithValue(ctx, heldKey{}, l), l, ttl, fn, l.Unlock, lost, h)
 }
 
 // A lease is what holdLease keeps alive while fn runs: a *Lock.
@@ -102,9 +106,11 @@ type lease interface {
 
 // holdLease runs fn with a context derived from parent while keeping l,
 // which was acquired for ttl, as Do describes; then it releases l with
-// release. lost, if set, is told of a loss before fn returned.
+// release. lost, if set, is told of a loss before fn returned. h is the
+// acquisition's hand-off: its count ends once l is registered with Close,
+// or released.
 func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Duration, fn func(ctx context.Context) error,
-	release func(context.Context) error, lost func(error)) (err error) {
+	release func(context.Context) error, lost func(error), h *handOff) (err error) {
 	fnCtx, cancel := context.WithCancelCause(parent)
 	stop := make(chan struct{})
 	kept := make(chan loss, 1)
@@ -114,13 +120,17 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 		cancel(errClosedWhileHeld)
 		_ = release(context.WithoutCancel(ctx))
 	}
+	h.won(c)
 	remove, ok := c.onClose(closeHold)
 	if !ok {
 		// Closed between the acquisition and here: release, and do not run
-		// fn, which the lock no longer protects.
+		// fn, which the lock no longer protects. Close waits for this
+		// release: the acquisition's count ends after it.
 		closeHold()
+		h.done(c)
 		return errClosedBeforeFn
 	}
+	h.done(c)
 	defer remove()
 	go func() { kept <- c.keep(l, ttl, stop, cancel) }()
 

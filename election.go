@@ -222,17 +222,24 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	e.mu.Unlock()
 
 	c := e.client
-	l, err := c.lock(ctx, e.name, e.ttl, math.MaxInt, true) // fenced whatever the Client's options: terms are fencing tokens
+	// The acquisition stays counted among Close's calls until the
+	// leadership is registered with Close, or released (handOff).
+	hctx, h := withHandOff(ctx)
+	l, err := c.lock(hctx, e.name, e.ttl, math.MaxInt, true) // fenced whatever the Client's options: terms are fencing tokens
 	if err != nil {
+		h.done(c)
 		return nil, err
 	}
 	ld := &Leadership{election: e, lock: l, value: value, stop: make(chan struct{}), ended: make(chan struct{})}
 	ld.ctx, ld.cancel = context.WithCancelCause(context.Background())
+	h.won(c)
 	remove, ok := c.onClose(ld.closeByClient)
 	if !ok { // Close began after the lock was won: lead nothing
 		ld.closeByClient()
+		h.done(c)
 		return nil, fmt.Errorf("%w: election %q: the client was closed as the leadership was won; it was released", ErrClosed, e.name)
 	}
+	h.done(c)
 	ld.publish(ctx)
 	go func() {
 		defer remove() // Close resigns the leadership until its keys are let go

@@ -64,12 +64,6 @@ type attemptInfo struct {
 	// it on a quorum ("" if none did, or the primitive cannot tell): the
 	// loop's evidence of a hand-over, which the cap does not count.
 	holder *string
-
-	// uncounted, if set (a loop counted among Close's calls), runs f with
-	// the loop's count let go: an attempt reports to the Observer through
-	// it from the caller's goroutine (a won round's KindSettled), so that
-	// Close called from that event does not wait for its own call.
-	uncounted func(f func())
 }
 
 // ErrClosed reports a call on a Client that Close has closed, or a call
@@ -144,18 +138,18 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		last    error         // the last attempt's error
 		holder  string        // the last token seen holding the key on a quorum
 	)
-	// A loop with a giveUp (an RWMutex's waiter, whose attempts leave a
-	// wait mark) is counted among the calls that Close waits for, from
-	// here until giveUp has removed the mark: otherwise Close, finding no
-	// node call running while the loop sleeps in its pause, could return
-	// before the loop woke and sent the removal, and a program exiting
-	// then left the mark for its ttl. The count is let go while the loop
-	// reports to the Observer, so that Close called from those events
-	// does not wait for itself.
-	counted := a.giveUp != nil
-	if counted {
-		c.calls.Add(1)
-	}
+	// The loop is counted among the calls that Close waits for, from here
+	// until it returns (or giveUp has run). Otherwise Close, finding no
+	// node call running, could return while an attempt won just before it
+	// began was still on its way to the check of closed below, which lets
+	// it go, or while an RWMutex's waiter slept in its pause, before it
+	// woke and removed its wait mark: a program exiting then left the key
+	// or the mark for its ttl. The count is let go while the loop reports
+	// to the Observer (report, and settleWon in an attempt), so that Close
+	// called from those events does not wait for itself; Close wakes the
+	// pause at once (c.closing), so its bound is kept.
+	counted := true
+	c.calls.Add(1)
 	defer func() {
 		if counted {
 			c.calls.Done()
@@ -171,23 +165,12 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		}
 		c.obs.Observe(ctx, e)
 	}
-	var uncounted func(func())
-	if counted {
-		// Attempts run while the count is held: no check of counted,
-		// which, captured by this escaping closure, would move to the
-		// heap for every call, the mutex's too.
-		uncounted = func(f func()) {
-			c.calls.Done()
-			defer c.calls.Add(1)
-			f()
-		}
-	}
 	giveUp := func(try int, err error) (*Lock, error) {
 		if a.giveUp != nil {
 			a.giveUp(ctx)
-			counted = false
-			c.calls.Done()
 		}
+		counted = false
+		c.calls.Done()
 		return nil, c.notAcquired(ctx, id, a.key, try, began, err)
 	}
 	for try := 1; ; {
@@ -201,7 +184,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			}
 			return giveUp(label, withCause(last, ErrClosed))
 		}
-		info := attemptInfo{id: id, woken: woken, uncounted: uncounted}
+		info := attemptInfo{id: id, woken: woken}
 		if wt != nil {
 			wt.arm()
 			if a.holders {
@@ -234,14 +217,19 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		case err == errClosedBetweenRounds:
 			return giveUp(label, err)
 		case err == nil && c.closed.Load():
-			// Won after Close began: let it go again, so that Close
-			// leaves nothing held (within the bound Close states).
+			// Won, but Close has begun (after the round, or during it on a
+			// path that does not undo it): let it go again, so that Close
+			// leaves nothing held. Close waits for this release: the loop
+			// is still counted (within the bound Close states).
 			_ = l.unlock(ctx, 0)
 			return giveUp(label, fmt.Errorf("%w: the acquisition won after Close and was released", ErrClosed))
 		case err == nil:
 			if c.obs != nil {
 				report(observe.Event{Kind: observe.KindAcquired, ID: id, Key: a.key, Try: label, Woken: woken, Wait: time.Since(began),
 					Held: l.Held(), Margin: l.Margin(), Quorum: need, Token: l.fence})
+			}
+			if h, _ := ctx.Value(handOffKey{}).(*handOff); h != nil && h.take() {
+				counted = false // the caller lets it go
 			}
 			return l, nil
 		case tokenFailed:
@@ -317,9 +305,64 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 	}
 }
 
+// A handOff is how a caller that registers the lock it acquires with Close
+// (Do, Campaign: onClose) closes the gap between the acquisition's return
+// and that registration. Its ctx, from withHandOff, asks acquireLoop to
+// return a won lock with the loop's count among Close's calls still held
+// (take); the caller lets it go (done) once it has registered the lock, or
+// released it because Close had begun. Otherwise a Close that began in
+// that gap returned at once, and the caller's release of the lock came
+// after it.
+//
+// The ctx may outlive the acquisition (an Observer is given it), and a
+// Lock called with it later must not hand over a count that no one lets
+// go: a handOff is taken at most once, and not after done.
+type handOff struct {
+	state atomic.Int32 // handOffOpen, handOffTaken or handOffDone
+}
+
+const (
+	handOffOpen int32 = iota
+	handOffTaken
+	handOffDone
+)
+
+type handOffKey struct{}
+
+// withHandOff returns ctx marked for a hand-off, and the handOff. A nil
+// ctx stays nil, for the acquisition to refuse.
+func withHandOff(ctx context.Context) (context.Context, *handOff) {
+	h := &handOff{}
+	if ctx == nil {
+		return ctx, h
+	}
+	return context.WithValue(ctx, handOffKey{}, h), h
+}
+
+// take reports whether the acquisition may hand its count over.
+func (h *handOff) take() bool { return h.state.CompareAndSwap(handOffOpen, handOffTaken) }
+
+// won is called by the caller once the acquisition has returned its lock,
+// before it registers the lock with Close (a hook for tests).
+func (h *handOff) won(c *Client) {
+	if hook := testHookHandOff.Load(); hook != nil {
+		(*hook)(c)
+	}
+}
+
+// done ends the hand-off, and lets go of the count the acquisition handed
+// over, if it did. The caller calls it once, on every path.
+func (h *handOff) done(c *Client) {
+	if h.state.Swap(handOffDone) == handOffTaken {
+		c.calls.Done()
+	}
+}
+
 // testHookAttempted, if set, runs in acquireLoop each time an attempt has
-// returned, before the loop looks at its outcome. Tests only.
-var testHookAttempted atomic.Pointer[func(c *Client)]
+// returned, before the loop looks at its outcome; testHookHandOff when a
+// caller with a handOff (Do, Campaign) has the lock, before it registers
+// it with Close. Tests only.
+var testHookAttempted, testHookHandOff atomic.Pointer[func(c *Client)]
 
 // wakeState is what a woken waiter's pause depends on (wakeDelay): its last
 // attempt's duration, how long the call has waited, and its split votes in

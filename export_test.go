@@ -144,5 +144,18 @@ func AfterAttempts(client *Client, f func()) (undo func()) {
 	return func() { testHookAttempted.Store(nil) }
 }
 
+// AtHandOff makes Do and Campaign on client call f once their acquisition
+// has returned the lock, before they register it with Close. It returns a
+// function that removes the hook.
+func AtHandOff(client *Client, f func()) (undo func()) {
+	hook := func(c *Client) {
+		if c == client {
+			f()
+		}
+	}
+	testHookHandOff.Store(&hook)
+	return func() { testHookHandOff.Store(nil) }
+}
+
 // Closing reports whether Close has been called on c.
 func Closing(c *Client) bool { return c.closed.Load() }

@@ -133,10 +133,11 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 //     nothing a closed Client held stays behind by its fault.
 //
 // Close then waits for the node calls that are still running, including
-// those no caller waits for (the releases Unlock left for slow nodes), so
-// that a program that exits right after Close leaves no key behind; an
-// acquisition that had not yet sent its round when Close began sends
-// nothing.
+// those no caller waits for (the releases Unlock left for slow nodes), and
+// for the acquisitions to return (one won just before Close began is
+// released first), so that a program that exits right after Close leaves
+// no key behind; an acquisition that had not yet sent its round when Close
+// began sends nothing.
 // Close returns within three node timeouts. Ordinarily it takes two at
 // most: the releases it sends, and the calls in flight, end within one; the
 // undo of an attempt that those calls lose, within one more. An RWMutex's

@@ -1576,62 +1576,28 @@ func TestCloseFromSettledOnTheCallersGoroutine(t *testing.T) {
 // An acquisition whose majority comes after Close began is released before
 // Close returns: a program exiting right after Close leaves no key behind.
 // Here every node's part of the attempt is held until Close has begun, and
-// the acquisition, once its attempt has returned, waits until Close has
-// returned before it looks at the outcome. (Before the fix fanout returned
-// such a round as won, Close then found no call running and returned, and
-// the key stayed until the acquisition, after Close, let it go.)
+// the nodes are read once the attempt has returned, before the acquisition
+// looks at its outcome: the round itself has undone what it won. (Before
+// the fix fanout returned such a round as won, and the key stayed until
+// the acquisition let it go; Close, finding no call running, could return
+// first.)
 func TestRealCloseReleasesAnAttemptWonDuringIt(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		opts []redlock.Option
-		// counted: the acquisition is counted among the calls that Close
-		// waits for until it gives up (an RWMutex's waiter, whose wait mark
-		// it then removes), so it cannot wait for Close to return.
-		counted bool
+		name    string
+		opts    []redlock.Option
 		acquire func(ctx context.Context, c *redlock.Client) error
 		nodes   int  // 3 if zero
 		round2  bool // hold fencing's second round instead of the first
 	}{
-		{"mutex", nil, false, func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.Lock(ctx, "close:won", time.Minute)
-			return err
-		}, 0, false},
-		{"mutex on one node", nil, false, func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.Lock(ctx, "close:won", time.Minute)
-			return err
-		}, 1, false}, // its round runs on the caller's goroutine (inline.go)
-		{"fenced mutex", []redlock.Option{redlock.WithFencing()}, false, func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.TryLock(ctx, "close:won", time.Minute)
-			return err
-		}, 0, false},
-		{"fenced mutex, its second round", []redlock.Option{redlock.WithFencing()}, false, func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.TryLock(ctx, "close:won", time.Minute)
-			return err
-		}, 0, true},
-		{"campaign, its second round", nil, false, func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.Election("close:won").Campaign(ctx, "v")
-			return err
-		}, 0, true},
-		{"prefixed semaphore", []redlock.Option{redlock.WithKeyPrefix("app:")}, false, func(ctx context.Context, c *redlock.Client) error {
-			s, err := c.Semaphore("close:won", 1)
-			if err != nil {
-				return err
-			}
-			_, err = s.Acquire(ctx, time.Minute)
-			return err
-		}, 0, false},
-		{"reader", nil, true, func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.RWMutex("close:won").RLock(ctx, time.Minute)
-			return err
-		}, 0, false},
-		{"writer", nil, true, func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.RWMutex("close:won").Lock(ctx, time.Minute)
-			return err
-		}, 0, false},
-		{"campaign", nil, false, func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.Election("close:won").Campaign(ctx, "v")
-			return err
-		}, 0, false},
+		{"mutex", nil, closeAcquisitions["mutex"], 0, false},
+		{"mutex on one node", nil, closeAcquisitions["mutex"], 1, false}, // its round runs on the caller's goroutine (inline.go)
+		{"fenced mutex", []redlock.Option{redlock.WithFencing()}, closeAcquisitions["mutex"], 0, false},
+		{"fenced mutex, its second round", []redlock.Option{redlock.WithFencing()}, closeAcquisitions["mutex"], 0, true},
+		{"campaign, its second round", nil, closeAcquisitions["campaign"], 0, true},
+		{"prefixed semaphore", []redlock.Option{redlock.WithKeyPrefix("app:")}, closeAcquisitions["semaphore"], 0, false},
+		{"reader", nil, closeAcquisitions["reader"], 0, false},
+		{"writer", nil, closeAcquisitions["writer"], 0, false},
+		{"campaign", nil, closeAcquisitions["campaign"], 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := cmp.Or(tc.nodes, 3)
@@ -1662,14 +1628,14 @@ func TestRealCloseReleasesAnAttemptWonDuringIt(t *testing.T) {
 				skip = n // the first round's node goroutines go on
 			}
 			defer redlock.HoldNodeStarts(c, 1<<n-1, skip, entered, release)()
-			if !tc.counted {
-				defer redlock.AfterAttempts(c, func() {
-					select {
-					case <-closed:
-					case <-time.After(10 * time.Second):
-					}
-				})()
-			}
+			undone := make(chan []string, 1) // what the nodes held as the attempt returned
+			conns := nodeConns(t, addrs)
+			defer redlock.AfterAttempts(c, func() {
+				select {
+				case undone <- nodeKeys(t, conns):
+				default:
+				}
+			})()
 
 			acquired := make(chan error, 1)
 			go func() { acquired <- tc.acquire(ctx, c) }()
@@ -1698,15 +1664,16 @@ func TestRealCloseReleasesAnAttemptWonDuringIt(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("Close did not return")
 			}
-			fence := redlock.FenceKey("close:won")
-			for i, a := range addrs {
-				keys, err := redis.Strings(realConn(t, a).Do("KEYS", "*"))
-				if err != nil {
-					t.Fatal(err)
+			select {
+			case keys := <-undone:
+				if len(keys) > 0 {
+					t.Errorf("the nodes held %v as the attempt returned: its round did not undo what it won", keys)
 				}
-				if keys = slices.DeleteFunc(keys, func(k string) bool { return k == fence }); len(keys) > 0 {
-					t.Errorf("node %d holds %v once Close has returned", i, keys)
-				}
+			default:
+				t.Error("no attempt returned before Close did")
+			}
+			if keys := nodeKeys(t, conns); len(keys) > 0 {
+				t.Errorf("the nodes hold %v once Close has returned", keys)
 			}
 			close(closed)
 			select {
@@ -1813,4 +1780,205 @@ func TestRealCloseWaitsForAFencingRoundOnOneNode(t *testing.T) {
 	if err := <-acquired; !errors.Is(err, redlock.ErrClosed) {
 		t.Errorf("the acquisition returned %v, want ErrClosed", err)
 	}
+}
+
+// An acquisition won just before Close began is let go before Close
+// returns, however close the two come: Close begins as the attempt returns
+// won, before the acquisition looks at the outcome (where), or, for Do and
+// Campaign, which register the lock with Close once they have it, as the
+// acquisition hands the lock to them (handOff). Close must not return while
+// the lock is still held, and must find it released when it does. (Before
+// the fix the acquisition's count among Close's calls ended with its
+// round: Close returned at once, and the key stayed until the acquisition
+// let it go, after Close.)
+func TestRealCloseWaitsForAnAttemptWonJustBeforeIt(t *testing.T) {
+	type hookAt int
+	const (
+		afterAttempt hookAt = iota
+		atHandOff
+	)
+	for _, tc := range []struct {
+		name    string
+		opts    []redlock.Option
+		acquire string // in closeAcquisitions
+		nodes   int    // 3 if zero
+		where   hookAt
+	}{
+		{"mutex", nil, "mutex", 0, afterAttempt},
+		{"mutex on one node", nil, "mutex", 1, afterAttempt},
+		{"fenced mutex", []redlock.Option{redlock.WithFencing()}, "mutex", 0, afterAttempt},
+		{"prefixed semaphore", []redlock.Option{redlock.WithKeyPrefix("app:")}, "semaphore", 0, afterAttempt},
+		{"reader", nil, "reader", 0, afterAttempt},
+		{"fenced writer", []redlock.Option{redlock.WithFencing()}, "writer", 0, afterAttempt},
+		{"campaign", nil, "campaign", 0, afterAttempt},
+		{"do", nil, "do", 5, afterAttempt},
+		{"do, at the hand-off", nil, "do", 5, atHandOff},
+		{"do on one node, at the hand-off", nil, "do", 1, atHandOff},
+		{"campaign, at the hand-off", nil, "campaign", 0, atHandOff},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := realNodes(t, cmp.Or(tc.nodes, 3))
+			c := realClient(t, addrs, append([]redlock.Option{redlock.WithWakeUp(false), redlock.WithNodeTimeout(2 * time.Second)}, tc.opts...)...)
+			conns := nodeConns(t, addrs)
+			closeErr := make(chan error, 1)
+			var (
+				early  atomic.Value // Close's error, had it returned during the hook
+				hooked atomic.Int32
+			)
+			hook := func() {
+				if hooked.Add(1) > 1 {
+					return
+				}
+				if keys := nodeKeys(t, conns); len(keys) == 0 {
+					t.Error("the attempt holds nothing: it did not win")
+				}
+				go func() { closeErr <- c.Close() }()
+				for deadline := time.Now().Add(10 * time.Second); !redlock.Closing(c); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Error("Close did not begin")
+						return
+					}
+				}
+				select {
+				case err := <-closeErr:
+					early.Store(fmt.Sprint(err))
+					closeErr <- err
+				case <-time.After(200 * time.Millisecond): // Close polls its count every millisecond
+				}
+			}
+			if tc.where == afterAttempt {
+				defer redlock.AfterAttempts(c, hook)()
+			} else {
+				defer redlock.AtHandOff(c, hook)()
+			}
+			err := closeAcquisitions[tc.acquire](context.Background(), c)
+			if !errors.Is(err, redlock.ErrClosed) {
+				t.Errorf("the acquisition returned %v, want ErrClosed", err)
+			}
+			if hooked.Load() == 0 {
+				t.Fatal("the hook did not run")
+			}
+			select {
+			case err := <-closeErr:
+				if err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("Close did not return")
+			}
+			if e := early.Load(); e != nil {
+				t.Errorf("Close returned (%v) while the acquisition still held what it won", e)
+			}
+			if keys := nodeKeys(t, conns); len(keys) > 0 {
+				t.Errorf("the nodes hold %v once Close has returned", keys)
+			}
+		})
+	}
+}
+
+// The context a Do or Campaign gives its acquisition carries the hand-off
+// of the acquisition's count among Close's calls (engine.go, handOff), and
+// an Observer is given that context. A Lock called with it later, after Do
+// returned, or while Do's own acquisition fails, must not hand its count
+// over to a hand-off that no one ends: Close would then wait out its bound
+// and return ErrNodeTimeout.
+func TestRealHandOffContextUsedAgain(t *testing.T) {
+	addrs := realNodes(t, 3)
+	var kept atomic.Value // the first KindAttempt's ctx
+	obs := observerFunc2(func(ctx context.Context, e observe.Event) {
+		if e.Kind == observe.KindAttempt {
+			kept.CompareAndSwap(nil, ctxBox{ctx})
+		}
+	})
+	c := realClient(t, addrs, redlock.WithWakeUp(false), redlock.WithNodeTimeout(200*time.Millisecond), redlock.WithObserver(obs))
+	if err := c.Do(context.Background(), "handoff", time.Minute, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	box, _ := kept.Load().(ctxBox)
+	if box.ctx == nil {
+		t.Fatal("no KindAttempt")
+	}
+	for _, key := range []string{"handoff", "handoff:other"} {
+		l, err := c.Lock(box.ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Errorf("Close after Locks with a Do's acquisition context: %v after %v", err, time.Since(start))
+	}
+}
+
+// ctxBox holds a context in an atomic.Value, whose stored types must agree.
+type ctxBox struct{ ctx context.Context }
+
+// observerFunc2 is an observe.Observer given ctx as well as the event.
+type observerFunc2 func(ctx context.Context, e observe.Event)
+
+func (f observerFunc2) Observe(ctx context.Context, e observe.Event) { f(ctx, e) }
+
+// closeAcquisitions are the acquisitions of each primitive on the key
+// "close:won", for the tests of Close.
+var closeAcquisitions = map[string]func(ctx context.Context, c *redlock.Client) error{
+	"mutex": func(ctx context.Context, c *redlock.Client) error {
+		_, err := c.Lock(ctx, "close:won", time.Minute)
+		return err
+	},
+	"semaphore": func(ctx context.Context, c *redlock.Client) error {
+		s, err := c.Semaphore("close:won", 1)
+		if err != nil {
+			return err
+		}
+		_, err = s.Acquire(ctx, time.Minute)
+		return err
+	},
+	"reader": func(ctx context.Context, c *redlock.Client) error {
+		_, err := c.RWMutex("close:won").RLock(ctx, time.Minute)
+		return err
+	},
+	"writer": func(ctx context.Context, c *redlock.Client) error {
+		_, err := c.RWMutex("close:won").Lock(ctx, time.Minute)
+		return err
+	},
+	"campaign": func(ctx context.Context, c *redlock.Client) error {
+		_, err := c.Election("close:won").Campaign(ctx, "v")
+		return err
+	},
+	"do": func(ctx context.Context, c *redlock.Client) error {
+		return c.Do(ctx, "close:won", time.Minute, func(context.Context) error { return errors.New("fn ran") })
+	},
+}
+
+// nodeKeys returns the keys that the nodes behind conns hold, but for
+// fencing counters (which stay by design), each prefixed with its node's
+// index. It may run on any goroutine, one at a time.
+func nodeKeys(t *testing.T, conns []redis.Conn) []string {
+	t.Helper()
+	var all []string
+	for i, conn := range conns {
+		keys, err := redis.Strings(conn.Do("KEYS", "*"))
+		if err != nil {
+			t.Errorf("node %d: %v", i, err)
+			all = append(all, fmt.Sprintf("%d: unread", i))
+		}
+		for _, k := range keys {
+			if !strings.HasPrefix(k, strings.TrimSuffix(redlock.FenceKey("k"), "{k}")) {
+				all = append(all, fmt.Sprintf("%d:%s", i, k))
+			}
+		}
+	}
+	return all
+}
+
+// nodeConns dials each node at addrs, for nodeKeys.
+func nodeConns(t *testing.T, addrs []string) []redis.Conn {
+	conns := make([]redis.Conn, len(addrs))
+	for i, a := range addrs {
+		conns[i] = realConn(t, a)
+	}
+	return conns
 }

@@ -74,12 +74,15 @@ type round struct {
 }
 
 // nodeMasks records which nodes answered a round, and which of them agreed.
-// With report set, it reports the round once it is both won and answered
-// by every node: settle is called once for each, and the second call
-// reports, whichever comes first.
+// With report or after set, it runs them once the round is both won and
+// answered by every node: settle is called once for each, and the second
+// call runs them, whichever comes first. after is the engine's own work
+// (it may start node calls, counted among Close's); report tells the
+// Observer.
 type nodeMasks struct {
 	agreed, answered atomic.Uint64
 	settled          atomic.Int32
+	after            func()
 	report           func()
 }
 
@@ -95,7 +98,33 @@ func (m *nodeMasks) answer(node int, yes bool, n int) (last bool) {
 }
 
 func (m *nodeMasks) settle() {
-	if m.settled.Add(1) == 2 && m.report != nil {
+	if m.settled.Add(1) == 2 {
+		if m.after != nil {
+			m.after()
+		}
+		if m.report != nil {
+			m.report()
+		}
+	}
+}
+
+// settleWon is an acquisition's settle of a won round's masks, on the
+// caller's goroutine, inside an attempt of acquireLoop, which holds a count
+// among Close's calls. If it is the second settle, it reports KindSettled
+// to the Observer with that count let go, as the loop's own reports let it
+// go: Close called from that event must not wait for its own call. after
+// runs first, with the count held, so that the node calls it starts are
+// counted before the loop's count is let go.
+func (c *Client) settleWon(m *nodeMasks) {
+	if m.settled.Add(1) != 2 {
+		return
+	}
+	if m.after != nil {
+		m.after()
+	}
+	if m.report != nil {
+		c.calls.Done()
+		defer c.calls.Add(1)
 		m.report()
 	}
 }
@@ -398,8 +427,8 @@ vote:
 // before Close returns. Left to the caller once fanout has returned (as
 // it was), the release could come after Close, finding no call running,
 // had returned, and a program exiting then left the key for its ttl.
-// (acquireLoop still lets go an acquisition won just before Close began
-// that it finds closed.)
+// (acquireLoop lets go an acquisition won just before Close began that it
+// finds closed, counted among Close's calls too.)
 func (c *Client) wonAfterClose(r round) bool {
 	return (r.kind == observe.OpAcquire || r.kind == observe.OpFence) && r.undo != nil && c.closed.Load()
 }

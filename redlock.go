@@ -546,7 +546,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 	}
 	l.held.Store(&args.masks)
 	if !fencing {
-		args.masks.settle() // won
+		c.settleWon(&args.masks)
 	}
 
 	if fencing {
@@ -578,7 +578,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id 
 			return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 		}
 		l.held.Store(&l.fenced) // held means: holds the key with the token counted
-		l.fenced.settle()       // won
+		c.settleWon(&l.fenced)
 	}
 	if c.obs != nil {
 		l.granted, l.id = time.Now(), id

@@ -320,7 +320,7 @@ func (m *RWMutex) lock(ctx context.Context, ttl time.Duration, write bool, tries
 					}()
 				}
 			}
-			l, held, err := m.acquire(ctx, ttl, write, intent, mark, a.id, settled, a.uncounted)
+			l, held, err := m.acquire(ctx, ttl, write, intent, mark, a.id, settled)
 			switch {
 			case err == nil && settled != nil:
 				marked = false // removed as settled says, not by giveUp
@@ -355,9 +355,9 @@ func (m *RWMutex) lockName(write bool) string {
 //
 // settled, if set, is called with the nodes that granted a won attempt
 // once every node has answered it (on the goroutine of the last answer, or
-// the caller's: through uncounted, if set; see attemptInfo).
+// the caller's: nodeMasks.after).
 func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, intent string, mark time.Duration, id uint64,
-	settled func(agreed uint64), uncounted func(func())) (*Lock, uint64, error) {
+	settled func(agreed uint64)) (*Lock, uint64, error) {
 	c := m.client
 	token, err := c.token()
 	if err != nil {
@@ -413,15 +413,10 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 	start := c.clock.Now() // step 3: validity counts from before the first send
 	until := validUntil(start, ttl, c.driftFactor)
 	args.unsent.Store(1<<len(c.nodes) - 1)
-	switch {
-	case settled != nil:
-		args.masks.report = func() {
-			if c.obs != nil {
-				c.reportSettled(ctx, l, observe.OpAcquire, id, &args.masks)
-			}
-			settled(args.masks.agreed.Load())
-		}
-	case c.obs != nil:
+	if settled != nil {
+		args.masks.after = func() { settled(args.masks.agreed.Load()) }
+	}
+	if c.obs != nil {
 		args.masks.report = func() { c.reportSettled(ctx, l, observe.OpAcquire, id, &args.masks) }
 	}
 	won, t := c.fanout(ctx, round{op: set, undo: release, overtaken: l,
@@ -435,11 +430,7 @@ func (m *RWMutex) acquire(ctx context.Context, ttl time.Duration, write bool, in
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	l.held.Store(&args.masks)
-	if uncounted != nil {
-		uncounted(args.masks.settle) // won
-	} else {
-		args.masks.settle() // won
-	}
+	c.settleWon(&args.masks)
 	if write && c.fencing {
 		if c.closedBetweenRounds(ctx, l, release) {
 			return nil, 0, errClosedBetweenRounds
@@ -479,7 +470,7 @@ func (m *RWMutex) fence(ctx context.Context, l *Lock, release nodeOp, until time
 		return t.err(ErrNotObtained)
 	}
 	l.held.Store(&l.fenced)
-	l.fenced.settle() // won
+	c.settleWon(&l.fenced)
 	return nil
 }
 

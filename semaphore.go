@@ -353,7 +353,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (
 		return nil, args.masks.agreed.Load(), t.err(ErrNotObtained)
 	}
 	p.held.Store(&args.masks)
-	args.masks.settle() // won
+	c.settleWon(&args.masks)
 	if c.obs != nil {
 		p.granted, p.id = time.Now(), id
 	}
