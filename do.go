@@ -94,7 +94,7 @@ func (c *Client) hold(ctx context.Context, key string, ttl time.Duration, acquir
 			c.obs.Observe(ctx, observe.Event{Kind: observe.KindLost, ID: l.id, Key: key, HeldFor: time.Since(l.granted), Err: err})
 		}
 	}
-	return c.holdLease(ctx, context.WithValue(ctx, heldKey{}, l), l, ttl, fn, l.Unlock, lost, h)
+	return c.holdLease(ctx, context.WithValue(ctx, heldKey{}, l), l, ttl, fn, l.unlockThen, lost, h)
 }
 
 // A lease is what holdLease keeps alive while fn runs: a *Lock.
@@ -106,28 +106,29 @@ type lease interface {
 
 // holdLease runs fn with a context derived from parent while keeping l,
 // which was acquired for ttl, as Do describes; then it releases l with
-// release. lost, if set, is told of a loss before fn returned. h is the
-// acquisition's hand-off: its count ends once l is registered with Close,
-// or released.
+// release, which runs then (if set) between its round and its event for
+// the Observer (Lock.unlockThen). lost, if set, is told of a loss before
+// fn returned. h is the acquisition's hand-off: its count ends once l is
+// registered with Close, or released (before the release's event, so
+// that Close called from it returns at once).
 func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Duration, fn func(ctx context.Context) error,
-	release func(context.Context) error, lost func(error), h *handOff) (err error) {
+	release func(ctx context.Context, then func()) error, lost func(error), h *handOff) (err error) {
 	fnCtx, cancel := context.WithCancelCause(parent)
 	stop := make(chan struct{})
 	kept := make(chan loss, 1)
 	// Close ends the hold at once: fn is told why, and the lock is
 	// released, within Close's bound, even if fn goes on.
-	closeHold := func() {
+	closeHold := func(then func()) {
 		cancel(errClosedWhileHeld)
-		_ = release(context.WithoutCancel(ctx))
+		_ = release(context.WithoutCancel(ctx), then)
 	}
 	h.won(c)
-	remove, ok := c.onClose(closeHold)
+	remove, ok := c.onClose(func() { closeHold(nil) })
 	if !ok {
 		// Closed between the acquisition and here: release, and do not run
 		// fn, which the lock no longer protects. Close waits for this
-		// release: the acquisition's count ends after it.
-		closeHold()
-		h.done(c)
+		// release: the acquisition's count ends after its round.
+		closeHold(func() { h.done(c) })
 		return errClosedBeforeFn
 	}
 	h.done(c)
@@ -164,7 +165,7 @@ func (c *Client) holdLease(ctx, parent context.Context, l lease, ttl time.Durati
 		case !held && ended.err == nil:
 			ended.err = lostCause("validity ran out before fn returned", nil)
 		}
-		_ = release(context.WithoutCancel(ctx)) // always sent; a failure reaches the observe.Observer
+		_ = release(context.WithoutCancel(ctx), nil) // always sent; a failure reaches the observe.Observer
 		if ended.err != nil {
 			if lost != nil {
 				lost(ended.err)

@@ -196,7 +196,7 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 		} else {
 			delay = -1
 			if try < a.tries {
-				delay = c.retry.Delay(try)
+				delay = c.retryDelayFor(try, a.giveUp == nil)
 			}
 			info.pause = delay
 		}
@@ -356,6 +356,23 @@ func (h *handOff) done(c *Client) {
 	if h.state.Swap(handOffDone) == handOffTaken {
 		c.calls.Done()
 	}
+}
+
+// retryDelayFor is the RetryStrategy's pause after attempt try, asked
+// from acquireLoop, which holds a count among Close's calls. A strategy
+// of the program's own (WithRetryStrategy) is its code, which may be slow
+// or call Close: with uncounted, the count is let go while it runs, as
+// the loop's reports let it go. The attempt that follows checks closed
+// again before it sends anything (fanout), so a Close that returns
+// meanwhile leaves nothing behind; a loop with a giveUp (an RWMutex's
+// waiter, whose wait mark giveUp removes) keeps its count.
+func (c *Client) retryDelayFor(try int, uncounted bool) time.Duration {
+	if !c.retrySet || !uncounted {
+		return c.retry.Delay(try)
+	}
+	c.calls.Done()
+	defer c.calls.Add(1)
+	return c.retry.Delay(try)
 }
 
 // testHookAttempted, if set, runs in acquireLoop each time an attempt has

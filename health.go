@@ -148,9 +148,11 @@ func (c *Client) Ping(ctx context.Context) (Health, error) {
 // still running then, it returns an error wrapping ErrNodeTimeout;
 // otherwise nil; called from an Observer's KindNode event, or a
 // KindSettled one reported from a node call, it always waits out the bound
-// (observe.Observer). Close does not close the pools: they belong to the
-// caller. It is safe to call more than once; a
-// nil or zero Client returns an error wrapping ErrInvalid.
+// (observe.Observer), and so it does from a token function or
+// RetryStrategy that an RWMutex's waiting Lock or RLock is running. Close
+// does not close the pools: they belong to the caller. It is safe to call
+// more than once; a nil or zero Client returns an error wrapping
+// ErrInvalid.
 func (c *Client) Close() error {
 	// closeTimeouts is Close's bound in node timeouts: an attempt in
 	// flight, its undo, and an RW waiter's removal of its wait mark.

@@ -1815,6 +1815,10 @@ func TestRealCloseWaitsForAnAttemptWonJustBeforeIt(t *testing.T) {
 		{"do, at the hand-off", nil, "do", 5, atHandOff},
 		{"do on one node, at the hand-off", nil, "do", 1, atHandOff},
 		{"campaign, at the hand-off", nil, "campaign", 0, atHandOff},
+		{"writer", nil, "writer", 0, afterAttempt},
+		{"rw do, at the hand-off", nil, "rw do", 0, atHandOff},
+		{"rdo, at the hand-off", nil, "rdo", 0, atHandOff},
+		{"semaphore do, at the hand-off", []redlock.Option{redlock.WithKeyPrefix("app:")}, "semaphore do", 0, atHandOff},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addrs := realNodes(t, cmp.Or(tc.nodes, 3))
@@ -1921,6 +1925,130 @@ type observerFunc2 func(ctx context.Context, e observe.Event)
 
 func (f observerFunc2) Observe(ctx context.Context, e observe.Event) { f(ctx, e) }
 
+// Close called from the KindReleased event of the release that Do sends
+// when Close began at its hand-off (holdLease, registration refused)
+// returns at once, as observe.Observer promises for that kind: the
+// hand-off's count ends with the release's round, before its event. (It
+// ended after the event: Close waited out its bound for its own call.)
+func TestRealCloseFromReleasedAtTheHandOff(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
+			const nodeTimeout = 300 * time.Millisecond
+			addrs := realNodes(t, n)
+			var c *redlock.Client
+			type result struct {
+				err  error
+				took time.Duration
+			}
+			second := make(chan result, 1)
+			obs := observerFunc(func(e observe.Event) {
+				if e.Kind == observe.KindReleased || e.Kind == observe.KindReleaseFailed {
+					start := time.Now()
+					err := c.Close()
+					second <- result{err, time.Since(start)}
+				}
+			})
+			c = realClient(t, addrs, redlock.WithWakeUp(false), redlock.WithNodeTimeout(nodeTimeout), redlock.WithObserver(obs))
+			first := make(chan error, 1)
+			defer redlock.AtHandOff(c, func() {
+				go func() { first <- c.Close() }()
+				for deadline := time.Now().Add(10 * time.Second); !redlock.Closing(c); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Error("Close did not begin")
+						return
+					}
+				}
+			})()
+			err := c.Do(context.Background(), "close:released", time.Minute, func(context.Context) error { return errors.New("fn ran") })
+			if !errors.Is(err, redlock.ErrClosed) {
+				t.Errorf("Do = %v, want ErrClosed", err)
+			}
+			select {
+			case r := <-second:
+				if r.err != nil || r.took > nodeTimeout/2 {
+					t.Errorf("Close from KindReleased: %v after %v, want nil at once", r.err, r.took)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no KindReleased")
+			}
+			if err := <-first; err != nil {
+				t.Errorf("the first Close: %v", err)
+			}
+		})
+	}
+}
+
+// Close returns at once while an acquisition waits in a token function or
+// a RetryStrategy of the program's own, which may be slow (and may call
+// Close): the loop's count is let go around them, and the attempt that
+// follows sends nothing. (Close waited for them, its whole bound, and
+// returned ErrNodeTimeout.) An RWMutex's waiter keeps its count, so that
+// it removes its wait mark before Close returns; it is not tried here.
+func TestRealCloseDuringTheProgramsTokenFuncAndRetryStrategy(t *testing.T) {
+	const nodeTimeout = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		opt     func(block func()) redlock.Option
+		acquire string
+	}{
+		{"token func, mutex", func(block func()) redlock.Option {
+			return redlock.WithTokenFunc(func() (string, error) { block(); return fmt.Sprint(time.Now().UnixNano()), nil })
+		}, "mutex"},
+		{"token func, semaphore", func(block func()) redlock.Option {
+			return redlock.WithTokenFunc(func() (string, error) { block(); return fmt.Sprint(time.Now().UnixNano()), nil })
+		}, "semaphore"},
+		{"token func, campaign", func(block func()) redlock.Option {
+			return redlock.WithTokenFunc(func() (string, error) { block(); return fmt.Sprint(time.Now().UnixNano()), nil })
+		}, "campaign"},
+		{"retry strategy, mutex", func(block func()) redlock.Option {
+			return redlock.WithRetryStrategy(func(int) time.Duration { block(); return time.Millisecond })
+		}, "mutex"},
+		{"retry strategy, do", func(block func()) redlock.Option {
+			return redlock.WithRetryStrategy(func(int) time.Duration { block(); return time.Millisecond })
+		}, "do"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := realNodes(t, 3)
+			entered, unblock := make(chan struct{}, 1), make(chan struct{})
+			defer close(unblock)
+			var once atomic.Bool
+			block := func() {
+				if once.CompareAndSwap(false, true) {
+					entered <- struct{}{}
+					select {
+					case <-unblock:
+					case <-time.After(10 * time.Second):
+					}
+				}
+			}
+			c := realClient(t, addrs, redlock.WithWakeUp(false), redlock.WithNodeTimeout(nodeTimeout), tc.opt(block))
+			acquired := make(chan error, 1)
+			go func() { acquired <- closeAcquisitions[tc.acquire](context.Background(), c) }()
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the program's function was not called")
+			}
+			start := time.Now()
+			if err := c.Close(); err != nil || time.Since(start) > nodeTimeout/2 {
+				t.Errorf("Close during the program's function: %v after %v, want nil at once", err, time.Since(start))
+			}
+			unblock <- struct{}{}
+			select {
+			case err := <-acquired:
+				if !errors.Is(err, redlock.ErrClosed) {
+					t.Errorf("the acquisition returned %v, want ErrClosed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the acquisition did not return")
+			}
+			if keys := nodeKeys(t, nodeConns(t, addrs)); len(keys) > 0 {
+				t.Errorf("the nodes hold %v", keys)
+			}
+		})
+	}
+}
+
 // closeAcquisitions are the acquisitions of each primitive on the key
 // "close:won", for the tests of Close.
 var closeAcquisitions = map[string]func(ctx context.Context, c *redlock.Client) error{
@@ -1950,6 +2078,19 @@ var closeAcquisitions = map[string]func(ctx context.Context, c *redlock.Client) 
 	},
 	"do": func(ctx context.Context, c *redlock.Client) error {
 		return c.Do(ctx, "close:won", time.Minute, func(context.Context) error { return errors.New("fn ran") })
+	},
+	"rw do": func(ctx context.Context, c *redlock.Client) error {
+		return c.RWMutex("close:won").Do(ctx, time.Minute, func(context.Context) error { return errors.New("fn ran") })
+	},
+	"rdo": func(ctx context.Context, c *redlock.Client) error {
+		return c.RWMutex("close:won").RDo(ctx, time.Minute, func(context.Context) error { return errors.New("fn ran") })
+	},
+	"semaphore do": func(ctx context.Context, c *redlock.Client) error {
+		s, err := c.Semaphore("close:won", 1)
+		if err != nil {
+			return err
+		}
+		return s.Do(ctx, time.Minute, func(context.Context) error { return errors.New("fn ran") })
 	},
 }
 

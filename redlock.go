@@ -482,6 +482,19 @@ func (c *Client) token() (string, error) {
 	return token, nil
 }
 
+// attemptToken is token for an attempt of acquireLoop that has no giveUp
+// (the mutex's, Campaign's, the Semaphore's): the loop holds a count among
+// Close's calls, which is let go while a token function of the program's
+// own (WithTokenFunc) runs, as retryDelayFor lets it go around a
+// RetryStrategy, and for the same reasons.
+func (c *Client) attemptToken() (string, error) {
+	if c.ownTokens {
+		c.calls.Done()
+		defer c.calls.Add(1)
+	}
+	return c.token()
+}
+
 // acquire is one attempt of the algorithm, steps 1 to 4, with the fencing
 // rounds of docs/fencing.md when enabled. A failed attempt also returns the
 // nodes that agreed to its SET before it let them go (wake.go). With holder
@@ -490,7 +503,7 @@ func (c *Client) token() (string, error) {
 // the token that refused it on a quorum, or "" if no token did
 // (acquireLoop's cap).
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, id uint64, fencing bool, holder *string) (*Lock, uint64, error) {
-	token, err := c.token()
+	token, err := c.attemptToken()
 	if err != nil {
 		return nil, 0, err
 	}

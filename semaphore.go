@@ -293,7 +293,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, tries int) (
 // semaphore's script and quorum.
 func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, id uint64) (*Lock, uint64, error) {
 	c := s.client
-	token, err := c.token()
+	token, err := c.attemptToken()
 	if err != nil {
 		return nil, 0, err
 	}
