@@ -22,14 +22,21 @@ MODULES := . $(sort $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.
 
 # The root module takes most of the time (the chaos suite waits on Docker,
 # the simulations use the CPU), so the other modules run beside it, one
-# after another; the root's output is printed once it ends. Every module
-# runs even if one fails, and make test fails if any did.
+# after another; the root's output is printed once it ends. ALSO names
+# more make targets for that side lane, after the modules (CI: the server
+# matrix, test-servers). Every module runs even if one fails, and make
+# test fails if any did.
+ALSO ?=
 test: deps fmt vet generated
 	@rc=0; log=$$(mktemp); \
 	$(GO) test -race -count=1 -timeout 18m ./... >"$$log" 2>&1 & root=$$!; \
 	for m in $(filter-out .,$(MODULES)); do \
 		echo "== go test $$m"; \
 		(cd $$m && $(GO) test -race -count=1 -timeout 18m ./...) || rc=1; \
+	done; \
+	for t in $(ALSO); do \
+		echo "== make $$t"; \
+		$(MAKE) --no-print-directory $$t || rc=1; \
 	done; \
 	wait $$root || rc=1; \
 	echo "== go test ."; cat "$$log"; rm -f "$$log"; \
@@ -58,10 +65,11 @@ servers:
 # (redigo's, and go-redis's in its advised ContextTimeout mode, with Cluster
 # members), one real-node test or more per primitive, and the replica,
 # Sentinel and Cluster failover tests, with REDLOCK_SERVER pointing
-# internal/redistest at the build. CI (.ci/run) runs it after make test,
-# skipping (SERVERS_SKIP=redis-server) the build whose path is the system's
-# redis-server, on which make test just ran everything; make test itself
-# does not, to stay under 15 minutes. docs/drivers.md gives the times.
+# internal/redistest at the build. CI (.ci/run) runs it beside the root's
+# tests (make test ALSO=test-servers), skipping (SERVERS_SKIP=redis-server)
+# the build whose path is the system's redis-server, on which make test
+# runs everything; make test alone does not. docs/drivers.md gives the
+# times.
 SERVERS_RUN ?= ^(TestRealAcquireAndRefuse|TestRealExtend|TestRealScriptFlush|TestRealLostAttemptReleases|TestRealOnlyOwnToken|TestRealSemaphoreKeysApartFromMutex|TestRealRWMutexWriterFencing|TestRealRWMutexNoUpgradeOrDowngrade|TestRealElectionProclaim|TestRealElectionPublishObserved|TestRealPrimitivesRefuseOnOOM|TestRealPermitSurface|TestRealFailoverLosesUnacknowledgedVote|TestRealReplicaAcks.*)$$
 SERVERS_GOREDIS_RUN ?= ^(TestConformance/ContextTimeout|TestSentinelFailoverDuringHeldLock|TestClusterReplicaAcksKeepLockAfterFailover)$$
 SERVERS_SKIP ?=

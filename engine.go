@@ -144,10 +144,13 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 	// began was still on its way to the check of closed below, which lets
 	// it go, or while an RWMutex's waiter slept in its pause, before it
 	// woke and removed its wait mark: a program exiting then left the key
-	// or the mark for its ttl. The count is let go while the loop reports
-	// to the Observer (report, and settleWon in an attempt), so that Close
-	// called from those events does not wait for itself; Close wakes the
-	// pause at once (c.closing), so its bound is kept.
+	// or the mark for its ttl. The count is let go while the loop runs
+	// the program's code: its reports to the Observer (report, and
+	// settleWon in an attempt), so that Close called from those events
+	// does not wait for itself, and, but for an RWMutex's waiter, a token
+	// function or RetryStrategy of the program's own (attemptToken,
+	// retryDelayFor). Close wakes the pause at once (c.closing), so its
+	// bound is kept.
 	counted := true
 	c.calls.Add(1)
 	defer func() {

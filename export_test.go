@@ -157,5 +157,8 @@ func AtHandOff(client *Client, f func()) (undo func()) {
 	return func() { testHookHandOff.Store(nil) }
 }
 
+// Calls is how many calls Close would wait for on c now.
+func Calls(c *Client) int64 { return c.calls.n.Load() }
+
 // Closing reports whether Close has been called on c.
 func Closing(c *Client) bool { return c.closed.Load() }

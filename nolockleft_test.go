@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"strings"
@@ -1650,20 +1651,11 @@ func TestRealCloseReleasesAnAttemptWonDuringIt(t *testing.T) {
 			}
 			closeErr := make(chan error, 1)
 			go func() { closeErr <- c.Close() }()
-			for deadline := time.Now().Add(10 * time.Second); !redlock.Closing(c); time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("Close did not begin")
-				}
+			if !awaitClosing(t, c) {
+				t.FailNow()
 			}
 			close(release) // the round goes out, after Close began, and wins
-			select {
-			case err := <-closeErr:
-				if err != nil {
-					t.Errorf("Close: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("Close did not return")
-			}
+			awaitClose(t, closeErr)
 			select {
 			case keys := <-undone:
 				if len(keys) > 0 {
@@ -1744,10 +1736,8 @@ func TestRealCloseWaitsForAFencingRoundOnOneNode(t *testing.T) {
 	}
 	closeErr := make(chan error, 1)
 	go func() { closeErr <- c.Close() }()
-	for deadline := time.Now().Add(10 * time.Second); !redlock.Closing(c); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("Close did not begin")
-		}
+	if !awaitClosing(t, c) {
+		t.FailNow()
 	}
 	armed.Store(true)
 	close(release) // the round goes out, and its verdict waits at the clock
@@ -1762,14 +1752,7 @@ func TestRealCloseWaitsForAFencingRoundOnOneNode(t *testing.T) {
 	case <-time.After(200 * time.Millisecond): // Close polls its count every millisecond
 	}
 	close(clock.gate)
-	select {
-	case err := <-closeErr:
-		if err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Close did not return")
-	}
+	awaitClose(t, closeErr)
 	keys, err := redis.Strings(realConn(t, addrs[0]).Do("KEYS", "*"))
 	if err != nil {
 		t.Fatal(err)
@@ -1837,11 +1820,8 @@ func TestRealCloseWaitsForAnAttemptWonJustBeforeIt(t *testing.T) {
 					t.Error("the attempt holds nothing: it did not win")
 				}
 				go func() { closeErr <- c.Close() }()
-				for deadline := time.Now().Add(10 * time.Second); !redlock.Closing(c); time.Sleep(time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Error("Close did not begin")
-						return
-					}
+				if !awaitClosing(t, c) {
+					return
 				}
 				select {
 				case err := <-closeErr:
@@ -1862,14 +1842,7 @@ func TestRealCloseWaitsForAnAttemptWonJustBeforeIt(t *testing.T) {
 			if hooked.Load() == 0 {
 				t.Fatal("the hook did not run")
 			}
-			select {
-			case err := <-closeErr:
-				if err != nil {
-					t.Errorf("Close: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("Close did not return")
-			}
+			awaitClose(t, closeErr)
 			if e := early.Load(); e != nil {
 				t.Errorf("Close returned (%v) while the acquisition still held what it won", e)
 			}
@@ -1952,11 +1925,8 @@ func TestRealCloseFromReleasedAtTheHandOff(t *testing.T) {
 			first := make(chan error, 1)
 			defer redlock.AtHandOff(c, func() {
 				go func() { first <- c.Close() }()
-				for deadline := time.Now().Add(10 * time.Second); !redlock.Closing(c); time.Sleep(time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Error("Close did not begin")
-						return
-					}
+				if !awaitClosing(t, c) {
+					return
 				}
 			})()
 			err := c.Do(context.Background(), "close:released", time.Minute, func(context.Context) error { return errors.New("fn ran") })
@@ -2046,6 +2016,178 @@ func TestRealCloseDuringTheProgramsTokenFuncAndRetryStrategy(t *testing.T) {
 				t.Errorf("the nodes hold %v", keys)
 			}
 		})
+	}
+}
+
+// Every call ends the count it holds among Close's calls, exactly once,
+// on every path: won, refused, tries exhausted, ctx ended before and
+// during the wait, a token error, fn's error and panic in Do, with the
+// program's token function and RetryStrategy (whose count is let go
+// around them). A count left over makes every later Close wait out its
+// bound and fail; one ended twice lets Close return while calls run.
+func TestRealCallsCountedExactlyOnce(t *testing.T) {
+	addrs := realNodes(t, 3)
+	var tokens atomic.Int64
+	for _, tc := range []struct {
+		name string
+		opts []redlock.Option
+	}{
+		{"defaults", nil},
+		{"program's token func and retry strategy", []redlock.Option{
+			redlock.WithTokenFunc(func() (string, error) { return fmt.Sprintf("token-%d", tokens.Add(1)), nil }),
+			redlock.WithRetryStrategy(redlock.ConstantRetry(time.Millisecond)),
+		}},
+		{"fenced, prefixed", []redlock.Option{redlock.WithFencing(), redlock.WithKeyPrefix("app:")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := append([]redlock.Option{redlock.WithNodeTimeout(time.Second), redlock.WithTries(3),
+				redlock.WithRetryDelay(time.Millisecond, 2*time.Millisecond)}, tc.opts...)
+			c := realClient(t, addrs, opts...)
+			other := realClient(t, addrs, opts...)
+			ctx := context.Background()
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
+			defer cancelShort()
+			held, err := other.Lock(ctx, "count:held", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Unlock(ctx)
+			rw, sem := c.RWMutex("count:rw"), must(c.Semaphore("count:sem", 1))
+			steps := []struct {
+				name string
+				run  func() error
+			}{
+				{"lock and unlock", func() error {
+					l, err := c.Lock(ctx, "count:a", time.Minute)
+					if err == nil {
+						err = l.Unlock(ctx)
+					}
+					return err
+				}},
+				{"tries exhausted", func() error {
+					_, err := c.Lock(ctx, "count:held", time.Minute)
+					return want(err, redlock.ErrNotObtained)
+				}},
+				{"ctx ended before", func() error { _, err := c.Lock(cancelled, "count:b", time.Minute); return want(err, context.Canceled) }},
+				{"ctx ends while waiting", func() error {
+					_, err := c.Lock(short, "count:held", time.Minute)
+					if err == nil {
+						return errors.New("won a held key")
+					}
+					return nil
+				}},
+				{"do", func() error { return c.Do(ctx, "count:c", time.Minute, func(context.Context) error { return nil }) }},
+				{"do, fn's error", func() error {
+					return want(c.Do(ctx, "count:c", time.Minute, func(context.Context) error { return io.EOF }), io.EOF)
+				}},
+				{"do, fn panics", func() (err error) {
+					defer func() {
+						if recover() == nil {
+							err = errors.New("no panic")
+						}
+					}()
+					return c.Do(ctx, "count:c", time.Minute, func(context.Context) error { panic("fn") })
+				}},
+				{"do, refused", func() error {
+					return want(c.Do(ctx, "count:held", time.Minute, func(context.Context) error { return nil }), redlock.ErrNotObtained)
+				}},
+				{"rw lock, rlock, rdo", func() error {
+					l, err := rw.Lock(ctx, time.Minute)
+					if err != nil {
+						return err
+					}
+					if err := l.Unlock(ctx); err != nil {
+						return err
+					}
+					r, err := rw.RLock(ctx, time.Minute)
+					if err != nil {
+						return err
+					}
+					if err := r.Unlock(ctx); err != nil {
+						return err
+					}
+					return rw.RDo(ctx, time.Minute, func(context.Context) error { return nil })
+				}},
+				{"semaphore, semaphore do", func() error {
+					p, err := sem.Acquire(ctx, time.Minute)
+					if err != nil {
+						return err
+					}
+					if err := p.Unlock(ctx); err != nil {
+						return err
+					}
+					return sem.Do(ctx, time.Minute, func(context.Context) error { return nil })
+				}},
+				{"campaign and resign", func() error {
+					ld, err := c.Election("count:e").Campaign(ctx, "v")
+					if err != nil {
+						return err
+					}
+					return ld.Resign(ctx)
+				}},
+			}
+			for _, st := range steps {
+				if err := st.run(); err != nil {
+					t.Errorf("%s: %v", st.name, err)
+				}
+				if !realEventually(5*time.Second, func() bool { return redlock.Calls(c) == 0 }) {
+					t.Fatalf("%s: %d calls still counted 5s after it returned", st.name, redlock.Calls(c))
+				}
+			}
+			start := time.Now()
+			if err := c.Close(); err != nil || time.Since(start) > time.Second/2 {
+				t.Errorf("Close: %v after %v, want nil at once", err, time.Since(start))
+			}
+			if n := redlock.Calls(c); n != 0 {
+				t.Errorf("%d calls counted after Close returned", n)
+			}
+		})
+	}
+}
+
+// want returns nil if err wraps target, and an error saying so otherwise.
+func want(err, target error) error {
+	if errors.Is(err, target) {
+		return nil
+	}
+	return fmt.Errorf("got %v, want %v", err, target)
+}
+
+// must returns v, or panics on err (test setup only).
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// awaitClosing waits until Close has begun on c, at most 10 s, and reports
+// whether it has; if not, it says so with t.Error, and so may run on any
+// goroutine.
+func awaitClosing(t *testing.T, c *redlock.Client) bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !redlock.Closing(c); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Error("Close did not begin")
+			return false
+		}
+	}
+	return true
+}
+
+// awaitClose waits, at most 20 s, for the error of a Close running on
+// another goroutine, which must be nil.
+func awaitClose(t *testing.T, closeErr <-chan error) {
+	t.Helper()
+	select {
+	case err := <-closeErr:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return")
 	}
 }
 
