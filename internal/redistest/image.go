@@ -160,10 +160,14 @@ func splitRef(ref string) (repo, tag string) {
 // libraries it links (as ldd lists them, symlinks followed) and the dynamic
 // loader. Importing a tarball works with every engine API version, where
 // building from a Dockerfile depends on the builder the engine offers.
+// errNoServerBinary is buildImage's error without a redis-server to build
+// from: StartCluster skips on it, as on a missing engine.
+var errNoServerBinary = errors.New("redis-server is not installed")
+
 func buildImage(pool *dockertest.Pool) (*image, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, errors.New("redis-server is not installed")
+		return nil, errNoServerBinary
 	}
 	// Keep the name: Debian's redis-server is a symlink to redis-check-rdb,
 	// and the binary picks its mode from argv[0].
