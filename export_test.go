@@ -135,26 +135,26 @@ func HoldNodeStarts(client *Client, mask uint64, skip int, entered chan<- int, r
 // returned, call f before the acquisition looks at its outcome. It returns
 // a function that removes the hook.
 func AfterAttempts(client *Client, f func()) (undo func()) {
-	hook := func(c *Client) {
-		if c == client {
-			f()
-		}
-	}
-	testHookAttempted.Store(&hook)
-	return func() { testHookAttempted.Store(nil) }
+	return setClientHook(&testHookAttempted, client, f)
 }
 
 // AtHandOff makes Do and Campaign on client call f once their acquisition
 // has returned the lock, before they register it with Close. It returns a
 // function that removes the hook.
 func AtHandOff(client *Client, f func()) (undo func()) {
-	hook := func(c *Client) {
+	return setClientHook(&testHookHandOff, client, f)
+}
+
+// setClientHook sets hook to call f for client's calls only, and returns
+// the function that removes it.
+func setClientHook(hook *atomic.Pointer[func(c *Client)], client *Client, f func()) (undo func()) {
+	h := func(c *Client) {
 		if c == client {
 			f()
 		}
 	}
-	testHookHandOff.Store(&hook)
-	return func() { testHookHandOff.Store(nil) }
+	hook.Store(&h)
+	return func() { hook.Store(nil) }
 }
 
 // Calls is how many calls Close would wait for on c now.

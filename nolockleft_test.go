@@ -2059,13 +2059,7 @@ func TestRealCallsCountedExactlyOnce(t *testing.T) {
 				name string
 				run  func() error
 			}{
-				{"lock and unlock", func() error {
-					l, err := c.Lock(ctx, "count:a", time.Minute)
-					if err == nil {
-						err = l.Unlock(ctx)
-					}
-					return err
-				}},
+				{"lock and unlock", func() error { return thenUnlock(ctx)(c.Lock(ctx, "count:a", time.Minute)) }},
 				{"tries exhausted", func() error {
 					_, err := c.Lock(ctx, "count:held", time.Minute)
 					return want(err, redlock.ErrNotObtained)
@@ -2094,28 +2088,16 @@ func TestRealCallsCountedExactlyOnce(t *testing.T) {
 					return want(c.Do(ctx, "count:held", time.Minute, func(context.Context) error { return nil }), redlock.ErrNotObtained)
 				}},
 				{"rw lock, rlock, rdo", func() error {
-					l, err := rw.Lock(ctx, time.Minute)
-					if err != nil {
+					if err := thenUnlock(ctx)(rw.Lock(ctx, time.Minute)); err != nil {
 						return err
 					}
-					if err := l.Unlock(ctx); err != nil {
-						return err
-					}
-					r, err := rw.RLock(ctx, time.Minute)
-					if err != nil {
-						return err
-					}
-					if err := r.Unlock(ctx); err != nil {
+					if err := thenUnlock(ctx)(rw.RLock(ctx, time.Minute)); err != nil {
 						return err
 					}
 					return rw.RDo(ctx, time.Minute, func(context.Context) error { return nil })
 				}},
 				{"semaphore, semaphore do", func() error {
-					p, err := sem.Acquire(ctx, time.Minute)
-					if err != nil {
-						return err
-					}
-					if err := p.Unlock(ctx); err != nil {
+					if err := thenUnlock(ctx)(sem.Acquire(ctx, time.Minute)); err != nil {
 						return err
 					}
 					return sem.Do(ctx, time.Minute, func(context.Context) error { return nil })
@@ -2144,6 +2126,17 @@ func TestRealCallsCountedExactlyOnce(t *testing.T) {
 				t.Errorf("%d calls counted after Close returned", n)
 			}
 		})
+	}
+}
+
+// thenUnlock returns a function that unlocks the lock an acquisition
+// returned, and returns the acquisition's error, or Unlock's.
+func thenUnlock(ctx context.Context) func(*redlock.Lock, error) error {
+	return func(l *redlock.Lock, err error) error {
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
 	}
 }
 
