@@ -66,7 +66,14 @@ type ClusterOptions struct {
 
 // A Cluster is a set of independent Redis masters, one per container, on a
 // network of their own. Each node has a fixed 127.0.0.1 port, which it keeps
-// across restarts. Everything is removed when the test ends, pass or fail.
+// across restarts and disconnections: Docker lets a published port go the
+// moment its container stops or leaves the network, so while a node is
+// killed or disconnected the harness holds the port itself and resets every
+// connection made to it at once (where a dead server's port would refuse
+// them). Otherwise another process could take it meanwhile, a test's
+// redis-server on a port the kernel chose, say: the probe of a killed node
+// would reach that server, and the node could not start again on its
+// address. Everything is removed when the test ends, pass or fail.
 type Cluster struct {
 	Nodes []*Node
 
@@ -88,6 +95,8 @@ type Node struct {
 
 	mu                           sync.Mutex
 	killed, paused, disconnected bool
+	port                         int       // the host port of Addr
+	held                         *portHold // while the node is down
 }
 
 // StartCluster starts the nodes and waits until each answers PING.
@@ -209,6 +218,7 @@ func (c *Cluster) run(netName string, i int, durable bool) (*Node, error) {
 			Durable: durable,
 			cluster: c,
 			id:      res.Container.ID,
+			port:    port,
 		}, nil
 	}
 	return nil, lastErr
@@ -218,7 +228,8 @@ func (img *image) repo() string { r, _ := splitRef(img.ref); return r }
 func (img *image) tag() string  { _, t := splitRef(img.ref); return t }
 
 // Kill sends SIGKILL to the node's server and waits until the container has
-// stopped. Without persistence, its keys are gone.
+// stopped. Without persistence, its keys are gone. Until Start, connections
+// to its address are reset at once (see Cluster).
 func (n *Node) Kill() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -227,7 +238,10 @@ func (n *Node) Kill() error {
 		return fmt.Errorf("killing node %d: %w", n.Index, err)
 	}
 	n.killed = true
-	return n.waitState(func(s dc.State) bool { return !s.Running }, "stopped")
+	if err := n.waitState(func(s dc.State) bool { return !s.Running }, "stopped"); err != nil {
+		return err
+	}
+	return n.holdPort()
 }
 
 // Start starts a killed node's container again, same address, and waits until
@@ -235,6 +249,7 @@ func (n *Node) Kill() error {
 func (n *Node) Start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.letPortGo()
 	if err := n.cluster.pool.Client.StartContainer(n.id, nil); err != nil {
 		return fmt.Errorf("starting node %d: %w", n.Index, err)
 	}
@@ -277,7 +292,7 @@ func (n *Node) Disconnect() error {
 		return fmt.Errorf("disconnecting node %d: %w", n.Index, err)
 	}
 	n.disconnected = true
-	return nil
+	return n.holdPort()
 }
 
 // Reconnect joins the node to the network again and waits until it answers
@@ -285,6 +300,7 @@ func (n *Node) Disconnect() error {
 func (n *Node) Reconnect() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.letPortGo()
 	err := n.cluster.pool.Client.ConnectNetwork(n.cluster.net.Network.ID, dc.NetworkConnectionOptions{Container: n.id})
 	if err != nil {
 		return fmt.Errorf("reconnecting node %d: %w", n.Index, err)
@@ -332,6 +348,7 @@ func (n *Node) waitState(ok func(dc.State) bool, want string) error {
 func (n *Node) remove() error {
 	n.mu.Lock()
 	paused := n.paused
+	n.letPortGo()
 	n.mu.Unlock()
 	cl := n.cluster.pool.Client
 	if paused {
@@ -343,6 +360,65 @@ func (n *Node) remove() error {
 		return nil
 	}
 	return err
+}
+
+// holdPort takes the node's host port, once Docker has let it go (see
+// Cluster), and resets every connection made to it; n.mu is held. It fails
+// if another process took the port first, or Docker still holds it after a
+// while.
+//
+// The port is listened on, not only bound: a bound socket keeps out only a
+// process that binds without SO_REUSEADDR (servers and Go set it), and the
+// proxy's connections, left in TIME_WAIT on the port, keep such a socket
+// from being bound at all.
+func (n *Node) holdPort() error {
+	if n.held != nil {
+		return nil
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		l, err := net.Listen("tcp", n.Addr)
+		if err == nil {
+			n.held = &portHold{l: l.(*net.TCPListener), done: make(chan struct{})}
+			go n.held.reset()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %d: holding port %d while the node is down: %w (another process took it, or Docker has not let it go)", n.Index, n.port, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// letPortGo lets go of the port that holdPort took, for the node to take
+// again; n.mu is held.
+func (n *Node) letPortGo() {
+	if n.held != nil {
+		n.held.l.Close()
+		<-n.held.done
+		n.held = nil
+	}
+}
+
+// A portHold is a down node's port, held by the harness.
+type portHold struct {
+	l    *net.TCPListener
+	done chan struct{} // closed once reset has returned
+}
+
+// reset accepts connections until the listener is closed and resets each at
+// once (linger 0): a client fails as fast as on a dead server's port, which
+// refuses them, and no connection is left in TIME_WAIT on the port.
+func (h *portHold) reset() {
+	defer close(h.done)
+	for {
+		c, err := h.l.AcceptTCP()
+		if err != nil {
+			return
+		}
+		_ = c.SetLinger(0)
+		_ = c.Close()
+	}
 }
 
 // waitPing polls addr with PING until it answers or timeout passes.

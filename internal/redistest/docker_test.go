@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -32,10 +33,20 @@ func get(t *testing.T, addr, key string) (string, error) {
 	return redis.String(c.Do("GET", key))
 }
 
+// takePort fails the test if another process can listen on n's port while
+// n is down: the node would lose its address.
+func takePort(t *testing.T, n *Node) {
+	t.Helper()
+	if l, err := net.Listen("tcp", n.Addr); err == nil {
+		l.Close()
+		t.Fatalf("node %d is down, and another process could listen on its address %s", n.Index, n.Addr)
+	}
+}
+
 // TestClusterFaults checks each fault helper against what a client sees: a
-// killed node refuses and loses its keys, a durable one keeps them, a paused
+// killed node fails every connection and loses its keys, a durable one keeps them, a paused
 // or disconnected node is unreachable and comes back with its keys, and every
-// node keeps its address.
+// node keeps its address, which no other process can take while it is down.
 func TestClusterFaults(t *testing.T) {
 	c := StartCluster(t, ClusterOptions{Nodes: 2, Durable: func(i int) bool { return i == 1 }})
 	t.Logf("image: %s", c.Image())
@@ -48,6 +59,16 @@ func TestClusterFaults(t *testing.T) {
 
 	// Kill and restart: the plain node forgets, the durable one remembers.
 	for _, n := range c.Nodes {
+		// A client's connection, open across the kill: Docker's proxy ends
+		// its side first, which leaves it in TIME_WAIT on the node's port.
+		open, err := redis.Dial("tcp", n.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer open.Close()
+		if _, err := open.Do("PING"); err != nil {
+			t.Fatal(err)
+		}
 		if err := n.Kill(); err != nil {
 			t.Fatal(err)
 		}
@@ -56,6 +77,7 @@ func TestClusterFaults(t *testing.T) {
 		} else {
 			t.Logf("killed node %d: %v after %v", n.Index, err, d)
 		}
+		takePort(t, n)
 		if err := n.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -87,6 +109,7 @@ func TestClusterFaults(t *testing.T) {
 		} else {
 			t.Logf("%s: %v after %v", f.name, err, d)
 		}
+		takePort(t, plain)
 		if err := f.off(plain); err != nil {
 			t.Fatal(err)
 		}
