@@ -47,6 +47,11 @@
 //   - Cluster (with Adapter.DialCluster): three members, each a 3-primary
 //     Redis Cluster; plain and fenced locks work, and killing a primary in
 //     one member loses no lock.
+//   - ClusterTLSACL (with Adapter.DialCluster): the same over members that
+//     speak only TLS, their cluster bus too, and let in only ACL users; the
+//     seeds carry the TLS configuration and the login of a user allowed
+//     only what the library and a cluster client send. Fenced locks work,
+//     and a waiting Lock is woken by release notices.
 package redlocktest
 
 import (
@@ -112,6 +117,7 @@ func Run(t *testing.T, a Adapter) {
 	t.Run("Names", k.names)
 	t.Run("Subscribe", k.subscribe)
 	t.Run("Cluster", k.cluster)
+	t.Run("ClusterTLSACL", k.clusterSecure)
 }
 
 type kit struct{ a Adapter }
@@ -856,6 +862,64 @@ func (k *kit) cluster(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("Unlock on the two surviving members: %v", err)
 	}
+}
+
+// clusterRules add to aclRules what a cluster client sends to learn the
+// slots' owners: CLUSTER SLOTS (go-redis; rueidis and valkey-go before
+// Redis 8), or CLUSTER SHARDS (rueidis and valkey-go from 8 on).
+var clusterRules = []string{"+cluster|slots", "+cluster|shards"}
+
+// clusterSecure: Cluster members that speak only TLS (their bus too) and
+// let in only ACL users, as a production cluster may. The adapter's Pool for
+// each, made by DialCluster with seeds that carry the TLS configuration and
+// the login of a user allowed only what the library sends, locks, fences,
+// extends, releases, and wakes a waiter.
+func (k *kit) clusterSecure(t *testing.T) {
+	if k.a.DialCluster == nil {
+		t.Skip("Adapter.DialCluster is not set: the adapter does not support Redis Cluster members")
+	}
+	requireRedis(t, true)
+	files := redistest.GenerateTLS(t)
+	users := append([]string{"--user", "default", "off",
+		"--user", "admin", "on", ">adminpw", "~*", "&*", "+@all",
+		"--user", "locker", "on", ">lockpw"}, append(aclRules, clusterRules...)...)
+	sec := redistest.Secure{TLS: files, Args: users, Admin: "admin", AdminPassword: "adminpw"}
+	members := make([]*redistest.RedisCluster, 3)
+	pools := make([]redlock.Pool, len(members))
+	for i := range members {
+		members[i] = redistest.StartRedisClusterSecure(t, 3, sec)
+		var seeds []Server
+		for _, addr := range members[i].Addrs() {
+			seeds = append(seeds, Server{Addr: addr, TLS: files.Client, Username: "locker", Password: "lockpw"})
+		}
+		pools[i] = k.a.DialCluster(t, seeds)
+	}
+	c := newClient(t, pools, redlock.WithFencing())
+	ctx := context.Background()
+	for _, key := range []string{"kit:cluster:secure", "kit:{tagged}:secure"} {
+		l, err := c.Lock(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatalf("Lock %q on cluster members over TLS, as an ACL user: %v", key, err)
+		}
+		if l.Token() == 0 {
+			t.Errorf("Lock %q: no fencing token", key)
+		}
+		if err := l.Extend(ctx, 10*time.Second); err != nil {
+			t.Errorf("Extend %q: %v", key, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock %q: %v", key, err)
+		}
+	}
+
+	// Release notices reach a waiter too: rcs reach the key's owner in
+	// each member (a PUBLISH on one node reaches its cluster's subscribers).
+	const key = "kit:cluster:secure:wake"
+	rcs := make([]redis.Conn, len(members))
+	for i, m := range members {
+		rcs[i] = conn(t, m.Owner(t, key).Addr, append(files.DialTLS(), redis.DialUsername("locker"), redis.DialPassword("lockpw"))...)
+	}
+	wakes(t, pools, key, rcs)
 }
 
 // frozenSingleNode: a Client of one frozen node fails within its bounds. A

@@ -56,7 +56,8 @@ func standalone(s redlocktest.Server) rueidis.ClientOption {
 }
 
 func dialCluster(t testing.TB, seeds []redlocktest.Server) redlock.Pool {
-	opt := rueidis.ClientOption{DisableCache: true}
+	// Every seed has the same TLS configuration and login.
+	opt := rueidis.ClientOption{DisableCache: true, TLSConfig: seeds[0].TLS, Username: seeds[0].Username, Password: seeds[0].Password}
 	for _, s := range seeds {
 		opt.InitAddress = append(opt.InitAddress, s.Addr)
 	}

@@ -58,7 +58,8 @@ func standalone(s redlocktest.Server) valkey.ClientOption {
 }
 
 func dialCluster(t testing.TB, seeds []redlocktest.Server) redlock.Pool {
-	opt := valkey.ClientOption{DisableCache: true}
+	// Every seed has the same TLS configuration and login.
+	opt := valkey.ClientOption{DisableCache: true, TLSConfig: seeds[0].TLS, Username: seeds[0].Username, Password: seeds[0].Password}
 	for _, s := range seeds {
 		opt.InitAddress = append(opt.InitAddress, s.Addr)
 	}

@@ -27,6 +27,24 @@ func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
 type RedisCluster struct {
 	Primaries []*Server
 	Replicas  []*Server // StartRedisClusterReplicas: one per primary
+
+	dial []redis.DialOption // how the harness reaches a node (TLS, a login)
+}
+
+// Secure makes a Redis Cluster that asks what a production one may: TLS
+// and an ACL user (StartRedisClusterSecure).
+type Secure struct {
+	// TLS, if set: every node speaks only TLS, with client certificates
+	// required, and the nodes' cluster bus runs over TLS too.
+	TLS *TLSFiles
+
+	// Args are more arguments for every node: ACL users ("--user", ...),
+	// with "--user", "default", "off" to turn off the password-less user.
+	Args []string
+
+	// Admin and AdminPassword log the harness and redis-cli in, as a user
+	// whom Args allow every command; empty for the default user.
+	Admin, AdminPassword string
 }
 
 // ClusterAvailable reports whether redis-cli, which joins the cluster, is
@@ -47,7 +65,7 @@ func ClusterAvailable() (ok bool, why string) {
 // the reason, if redis-server or redis-cli is missing.
 func StartRedisCluster(t testing.TB, primaries int) *RedisCluster {
 	t.Helper()
-	return startRedisCluster(t, primaries, 0)
+	return startRedisCluster(t, primaries, 0, Secure{})
 }
 
 // StartRedisClusterReplicas is StartRedisCluster with one replica for each
@@ -57,10 +75,17 @@ func StartRedisCluster(t testing.TB, primaries int) *RedisCluster {
 // a failover.
 func StartRedisClusterReplicas(t testing.TB, primaries int) *RedisCluster {
 	t.Helper()
-	return startRedisCluster(t, primaries, 1)
+	return startRedisCluster(t, primaries, 1, Secure{})
 }
 
-func startRedisCluster(t testing.TB, primaries, replicas int) *RedisCluster {
+// StartRedisClusterSecure is StartRedisCluster with TLS and ACL users, as
+// sec says.
+func StartRedisClusterSecure(t testing.TB, primaries int, sec Secure) *RedisCluster {
+	t.Helper()
+	return startRedisCluster(t, primaries, 0, sec)
+}
+
+func startRedisCluster(t testing.TB, primaries, replicas int, sec Secure) *RedisCluster {
 	t.Helper()
 	if ok, why := ClusterAvailable(); !ok {
 		t.Skip(why)
@@ -70,7 +95,16 @@ func startRedisCluster(t testing.TB, primaries, replicas int) *RedisCluster {
 	}
 	dir := t.TempDir()
 	rc := &RedisCluster{}
-	args := []string{"--cluster", "create"}
+	var cli []string // redis-cli's connection arguments
+	if sec.TLS != nil {
+		rc.dial = append(rc.dial, sec.TLS.DialTLS()...)
+		cli = append(cli, "--tls", "--cacert", sec.TLS.CACert, "--cert", sec.TLS.ClientCert, "--key", sec.TLS.ClientKey)
+	}
+	if sec.Admin != "" {
+		rc.dial = append(rc.dial, redis.DialUsername(sec.Admin), redis.DialPassword(sec.AdminPassword))
+		cli = append(cli, "--user", sec.Admin, "--pass", sec.AdminPassword, "--no-auth-warning")
+	}
+	args := append(cli, "--cluster", "create")
 	nodeTimeout := "2000"
 	if replicas > 0 {
 		nodeTimeout = "1000"
@@ -78,12 +112,27 @@ func startRedisCluster(t testing.TB, primaries, replicas int) *RedisCluster {
 	// redis-cli makes the first primaries-many nodes primaries, and the
 	// rest their replicas.
 	for i := range primaries * (1 + replicas) {
-		s := Start(t,
+		nodeArgs := []string{
 			"--cluster-enabled", "yes",
 			"--cluster-port", strconv.Itoa(FreePort(t)),
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i)),
 			"--cluster-node-timeout", nodeTimeout,
-		)
+		}
+		var s *Server
+		if sec.TLS == nil {
+			s = Start(t, append(nodeArgs, sec.Args...)...)
+		} else {
+			// The nodes' connections to one another present the
+			// client certificate, which the CA signed for that use.
+			nodeArgs = append(nodeArgs, "--tls-cluster", "yes",
+				"--tls-client-cert-file", sec.TLS.ClientCert, "--tls-client-key-file", sec.TLS.ClientKey)
+			Require(t)
+			port := FreePort(t)
+			s = StartOnPort(t, port, append(append(sec.TLS.serverArgs(port), nodeArgs...), sec.Args...)...)
+			if err := s.WaitReadyWith(5*time.Second, rc.dial...); err != nil {
+				t.Fatalf("cluster node %s: %v\n%s", s.Addr, err, s.Log())
+			}
+		}
 		if i < primaries {
 			rc.Primaries = append(rc.Primaries, s)
 		} else {
@@ -125,7 +174,7 @@ func (rc *RedisCluster) WaitOK(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for _, s := range rc.Primaries {
 		for {
-			info, err := clusterInfo(s.Addr)
+			info, err := clusterInfo(s.Addr, rc.dial)
 			if err == nil && strings.Contains(info, "cluster_state:ok") {
 				break
 			}
@@ -138,8 +187,8 @@ func (rc *RedisCluster) WaitOK(timeout time.Duration) error {
 	return nil
 }
 
-func clusterInfo(addr string) (string, error) {
-	c, err := redis.Dial("tcp", addr, redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(time.Second))
+func clusterInfo(addr string, dial []redis.DialOption) (string, error) {
+	c, err := redis.Dial("tcp", addr, append([]redis.DialOption{redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(time.Second)}, dial...)...)
 	if err != nil {
 		return "", err
 	}
@@ -151,7 +200,7 @@ func clusterInfo(addr string) (string, error) {
 func (rc *RedisCluster) Owner(t testing.TB, key string) *Server {
 	t.Helper()
 	for _, s := range rc.Primaries {
-		c, err := redis.Dial("tcp", s.Addr, redis.DialReadTimeout(time.Second))
+		c, err := redis.Dial("tcp", s.Addr, append([]redis.DialOption{redis.DialReadTimeout(time.Second)}, rc.dial...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

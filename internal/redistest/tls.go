@@ -23,6 +23,7 @@ import (
 // made for one test: nothing secret is kept in the repository.
 type TLSFiles struct {
 	CACert, ServerCert, ServerKey string // PEM files, for redis-server
+	ClientCert, ClientKey         string // PEM files, for redis-cli and a cluster's own connections
 
 	// Client trusts the CA, presents the client certificate and expects the
 	// server to be 127.0.0.1.
@@ -119,12 +120,27 @@ func GenerateTLSFor(t testing.TB, hosts ...string) *TLSFiles {
 		CACert:     write("ca.crt", "CERTIFICATE", caDER),
 		ServerCert: write("server.crt", "CERTIFICATE", srvDER),
 		ServerKey:  write("server.key", "PRIVATE KEY", keyDER(srvKey)),
+		ClientCert: write("client.crt", "CERTIFICATE", cliDER),
+		ClientKey:  write("client.key", "PRIVATE KEY", keyDER(cliKey)),
 		Client: &tls.Config{
 			RootCAs:      roots,
 			Certificates: []tls.Certificate{clientCert},
 			ServerName:   hosts[0],
 			MinVersion:   tls.VersionTLS12,
 		},
+	}
+}
+
+// serverArgs are the arguments of a server that speaks only TLS on port,
+// with client certificates required.
+func (f *TLSFiles) serverArgs(port int) []string {
+	return []string{
+		"--port", "0",
+		"--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", f.ServerCert,
+		"--tls-key-file", f.ServerKey,
+		"--tls-ca-cert-file", f.CACert,
+		"--tls-auth-clients", "yes",
 	}
 }
 
@@ -138,19 +154,9 @@ func (f *TLSFiles) DialTLS() []redis.DialOption {
 // client certificates required, and waits until it answers PING over TLS.
 func StartTLS(t testing.TB, f *TLSFiles, extra ...string) *Server {
 	t.Helper()
-	if ok, why := Available(); !ok {
-		t.Skip(why)
-	}
+	Require(t)
 	port := FreePort(t)
-	args := append([]string{
-		"--port", "0",
-		"--tls-port", strconv.Itoa(port),
-		"--tls-cert-file", f.ServerCert,
-		"--tls-key-file", f.ServerKey,
-		"--tls-ca-cert-file", f.CACert,
-		"--tls-auth-clients", "yes",
-	}, extra...)
-	s := StartOnPort(t, port, args...)
+	s := StartOnPort(t, port, append(f.serverArgs(port), extra...)...)
 	if err := s.WaitReadyWith(5*time.Second, f.DialTLS()...); err != nil {
 		t.Fatalf("redis-server with TLS on %s: %v\n%s", s.Addr, err, s.Log())
 	}
