@@ -249,7 +249,9 @@ func (n *Node) Kill() error {
 func (n *Node) Start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.letPortGo()
+	if !n.disconnected { // else the port waits for Reconnect
+		n.letPortGo()
+	}
 	if err := n.cluster.pool.Client.StartContainer(n.id, nil); err != nil {
 		return fmt.Errorf("starting node %d: %w", n.Index, err)
 	}
@@ -300,7 +302,9 @@ func (n *Node) Disconnect() error {
 func (n *Node) Reconnect() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.letPortGo()
+	if !n.killed { // else the port waits for Start
+		n.letPortGo()
+	}
 	err := n.cluster.pool.Client.ConnectNetwork(n.cluster.net.Network.ID, dc.NetworkConnectionOptions{Container: n.id})
 	if err != nil {
 		return fmt.Errorf("reconnecting node %d: %w", n.Index, err)
