@@ -44,9 +44,10 @@ func takePort(t *testing.T, n *Node) {
 }
 
 // TestClusterFaults checks each fault helper against what a client sees: a
-// killed node fails every connection and loses its keys, a durable one keeps them, a paused
-// or disconnected node is unreachable and comes back with its keys, and every
-// node keeps its address, which no other process can take while it is down.
+// killed node fails every connection and loses its keys, a durable one
+// keeps them, a paused or disconnected node is unreachable and comes back
+// with its keys, and every node keeps its address, which no other process
+// can take while it is down.
 func TestClusterFaults(t *testing.T) {
 	c := StartCluster(t, ClusterOptions{Nodes: 2, Durable: func(i int) bool { return i == 1 }})
 	t.Logf("image: %s", c.Image())

@@ -118,20 +118,18 @@ func startRedisCluster(t testing.TB, primaries, replicas int, sec Secure) *Redis
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i)),
 			"--cluster-node-timeout", nodeTimeout,
 		}
-		var s *Server
-		if sec.TLS == nil {
-			s = Start(t, append(nodeArgs, sec.Args...)...)
-		} else {
+		Require(t)
+		port := FreePort(t)
+		var serverArgs []string
+		if sec.TLS != nil {
 			// The nodes' connections to one another present the
 			// client certificate, which the CA signed for that use.
-			nodeArgs = append(nodeArgs, "--tls-cluster", "yes",
+			serverArgs = append(sec.TLS.serverArgs(port), "--tls-cluster", "yes",
 				"--tls-client-cert-file", sec.TLS.ClientCert, "--tls-client-key-file", sec.TLS.ClientKey)
-			Require(t)
-			port := FreePort(t)
-			s = StartOnPort(t, port, append(append(sec.TLS.serverArgs(port), nodeArgs...), sec.Args...)...)
-			if err := s.WaitReadyWith(5*time.Second, rc.dial...); err != nil {
-				t.Fatalf("cluster node %s: %v\n%s", s.Addr, err, s.Log())
-			}
+		}
+		s := StartOnPort(t, port, append(append(serverArgs, nodeArgs...), sec.Args...)...)
+		if err := s.WaitReadyWith(5*time.Second, rc.dial...); err != nil {
+			t.Fatalf("cluster node %s: %v\n%s", s.Addr, err, s.Log())
 		}
 		if i < primaries {
 			rc.Primaries = append(rc.Primaries, s)
