@@ -172,7 +172,11 @@ pictures:
 # full suites run with the current Go, and running the root module's
 # -short suite a second time under 1.25 took about 110 s (with the
 # command's tests) of make test's 15 minutes, which a slower day's machine
-# no longer had. make test-floor FLOOR_TESTED=. runs it.
+# no longer had. make test-floor FLOOR_TESTED=. runs it. It builds with
+# -trimpath, as tools/release's consumer check does with the same
+# toolchain, so that the check, which make test runs later, finds the
+# dependencies compiled: on a fresh machine its test took 164 s after the
+# floor without -trimpath, 55 s after the floor with it.
 GO_FLOOR ?= go1.25.14
 FLOOR_MODULES ?= . goredis otel rueidis valkeygo
 FLOOR_TESTED ?=
@@ -184,7 +188,8 @@ test-floor:
 	@set -e; for m in $(FLOOR_MODULES); do \
 		case " $(FLOOR_TESTED) " in *" $$m "*) run='.';; *) run='^$$';; esac; \
 		echo "== GOTOOLCHAIN=$(GO_FLOOR) go vet, go test -short -run '$$run' $$m"; \
-		(cd $$m && GOTOOLCHAIN=$(GO_FLOOR) $(GO) vet ./... && GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -short -run "$$run" -skip '$(FLOOR_SKIP)' -count=1 -timeout 10m ./...); \
+		(cd $$m && export GOTOOLCHAIN=$(GO_FLOOR) GOFLAGS="$$GOFLAGS -trimpath" && \
+			$(GO) vet ./... && $(GO) test -short -run "$$run" -skip '$(FLOOR_SKIP)' -count=1 -timeout 10m ./...); \
 	done
 
 # make release VERSION=vX.Y.Z: sets every module's requirement of the root
