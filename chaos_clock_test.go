@@ -42,6 +42,7 @@ import (
 //     would end it at 1978 ms). The checker must find that overlap, which
 //     shows that the allowance is what keeps the x1.008 case safe.
 func TestChaosClockRate(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	five := func(r float64) []float64 { return []float64{r, r, r, r, r} }
 	cases := []struct {
 		name  string

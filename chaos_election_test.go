@@ -188,6 +188,7 @@ func (ld *electLoad) verdict(t *testing.T) {
 // granted, no stale write accepted from a leader still valid, and Leader
 // naming only elected leaders. REDLOCK_CHAOS_SEED replays a schedule.
 func TestChaosElection(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(chaosSeedEnv); s != "" {
 		var err error

@@ -38,6 +38,7 @@ import (
 // show OOM refusals and keep granting locks while the junk writer makes
 // room now and then.
 func TestChaosEviction(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	cases := []struct {
 		policy  string
 		junkTTL bool // junk keys get a 1 h ttl, so they are volatile too

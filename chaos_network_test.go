@@ -44,6 +44,7 @@ const chaosNetSeedEnv = "REDLOCK_CHAOS_NET_SEED"
 // jitter of latency and the sizes of slices from its own random source, so
 // a replay repeats the faults but not every delay.
 func TestChaosNetworkFaults(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(chaosNetSeedEnv); s != "" {
 		var err error

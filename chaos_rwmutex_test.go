@@ -127,6 +127,7 @@ func (c *rwChecker) summary() string {
 // shares the lock, readers do share it, and every call ends within its
 // bound with a documented error.
 func TestChaosRWMutex(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	const (

@@ -239,12 +239,16 @@ func (ld *permitLoad) unexpectedf(format string, args ...any) {
 // Nodes 0 to 3 are durable and restart at once; nodes 4 to 6 have no
 // persistence and stay down longer than the ttl, as doc.go requires.
 // REDLOCK_CHAOS_SEED replays a schedule.
-func TestChaosSemaphore(t *testing.T) { chaosSemaphore(t, "TestChaosSemaphore", nil) }
+func TestChaosSemaphore(t *testing.T) {
+	t.Parallel() // chaosStart says why
+	chaosSemaphore(t, "TestChaosSemaphore", nil)
+}
 
 // TestChaosSemaphoreWeighted is TestChaosSemaphore with weighted permits:
 // of the six workers, two take permits of weight 2 (all of K=2) and four of
 // weight 1, on the same key, and the checker adds up weights.
 func TestChaosSemaphoreWeighted(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	chaosSemaphore(t, "TestChaosSemaphoreWeighted", []int{2, 1, 1})
 }
 

@@ -36,6 +36,14 @@ const chaosSlack = time.Second
 // chaosSeedEnv replays TestChaosRandomFaults with a given seed.
 const chaosSeedEnv = "REDLOCK_CHAOS_SEED"
 
+// chaosStart starts a scenario's Docker nodes.
+//
+// The chaos scenarios (TestChaos*) call t.Parallel: they run after the
+// package's other tests, two at a time (-parallel defaults to GOMAXPROCS,
+// 2 here), each on nodes of its own. They mostly wait, on Docker and on
+// their faults' timers: one after another they took 318 s of the root
+// package's 543 s on a 2-core machine with 44% of its CPU idle. Their
+// bounds carry chaosSlack for the load.
 func chaosStart(t *testing.T, opts redistest.ClusterOptions) *redistest.Cluster {
 	t.Helper()
 	c := redistest.StartCluster(t, opts)
@@ -188,6 +196,7 @@ func (ld *chaosLoad) verdict(t *testing.T) {
 // the three survivors are a majority, so locks keep being granted, and the
 // checker finds no two holders at once.
 func TestChaosMinorityKilled(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	c := chaosStart(t, redistest.ClusterOptions{})
 	const (
 		nodeTimeout = 150 * time.Millisecond
@@ -235,6 +244,7 @@ func TestChaosMinorityKilled(t *testing.T) {
 // behind on the live ones (step 4). Once the nodes return, locks are granted
 // again.
 func TestChaosMajorityKilled(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	c := chaosStart(t, redistest.ClusterOptions{})
 	const (
 		nodeTimeout = 200 * time.Millisecond
@@ -298,6 +308,7 @@ func TestChaosMajorityKilled(t *testing.T) {
 // succeed on the majority without waiting for the frozen nodes; with three,
 // each fails within its bound and names the frozen nodes.
 func TestChaosFrozenNodes(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	c := chaosStart(t, redistest.ClusterOptions{})
 	chaosBoundedOps(t, c, "frozen", (*redistest.Node).Pause, (*redistest.Node).Unpause)
 }
@@ -307,6 +318,7 @@ func TestChaosFrozenNodes(t *testing.T) {
 // same bounds as for frozen nodes hold, and after reconnection every node
 // takes part again.
 func TestChaosPartition(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	c := chaosStart(t, redistest.ClusterOptions{})
 	chaosBoundedOps(t, c, "partition", (*redistest.Node).Disconnect, (*redistest.Node).Reconnect)
 }
@@ -428,6 +440,7 @@ func chaosBoundedOps(t *testing.T, c *redistest.Cluster, name string, fault, hea
 // test passes when the hazard shows: it documents why doc.go requires
 // persistence or a delayed restart.
 func TestChaosRestartHazard(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	c := chaosStart(t, redistest.ClusterOptions{})
 	a := realClient(t, c.Addrs(), redlock.WithTries(1))
 	ctx := context.Background()
@@ -489,6 +502,7 @@ func TestChaosRestartHazard(t *testing.T) {
 // longer than the largest ttl comes back only after every key it held would
 // have expired anyway: no second holder while the first is valid.
 func TestChaosRestartDelayed(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	c := chaosStart(t, redistest.ClusterOptions{})
 	a := realClient(t, c.Addrs(), redlock.WithTries(1))
 	b := realClient(t, c.Addrs(), redlock.WithTries(1))
@@ -541,6 +555,7 @@ func TestChaosRestartDelayed(t *testing.T) {
 // node that crashes and restarts at once still holds its keys: no second
 // holder, and the first holder can still extend and release.
 func TestChaosRestartDurable(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	c := chaosStart(t, redistest.ClusterOptions{Durable: func(int) bool { return true }})
 	a := realClient(t, c.Addrs(), redlock.WithTries(1))
 	b := realClient(t, c.Addrs(), redlock.WithTries(1))
@@ -608,6 +623,7 @@ func chaosExtendAfterRestart(t *testing.T, l *redlock.Lock, ttl time.Duration) {
 //
 // Set REDLOCK_CHAOS_SEED to replay a schedule.
 func TestChaosRandomFaults(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(chaosSeedEnv); s != "" {
 		var err error
@@ -810,6 +826,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // Fencing on real nodes: successive locks taken by different clients, while
 // nodes are killed and partitioned, get strictly increasing tokens.
 func TestChaosFencingSequential(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	c := chaosStart(t, redistest.ClusterOptions{Durable: func(int) bool { return true }})
 	const nodeTimeout = 150 * time.Millisecond
 	clients := make([]*redlock.Client, 3)
@@ -873,6 +890,7 @@ func TestChaosFencingSequential(t *testing.T) {
 // client takes the lock and writes; when the first wakes, the guarded
 // resource (fence.Set, on a real Redis) rejects its write.
 func TestChaosFencingPausedHolder(t *testing.T) {
+	t.Parallel() // chaosStart says why
 	c := chaosStart(t, redistest.ClusterOptions{Durable: func(int) bool { return true }})
 	data := redistest.Start(t) // the protected resource: a plain Redis, not a lock node
 	conn, err := redis.Dial("tcp", data.Addr)
