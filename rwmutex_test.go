@@ -235,8 +235,16 @@ func TestRWMutexReaderExtend(t *testing.T) {
 	client := c.client(t)
 	ctx := context.Background()
 	_, r, _ := redlock.RWNames("ext")
+	// Node 1 a straggler, as on a loaded machine: TryRLock returns on the
+	// other two, with node 1's acquisition still on its way. An Extend sent
+	// before it arrives is refused there (no member yet), and the
+	// acquisition then lands with its own ttl; the checks below are of
+	// every node, so they wait for it.
+	undo := redlock.SlowNodes(client, 0b010, 50*time.Millisecond)
 	l, err := client.RWMutex("ext").TryRLock(ctx, time.Second)
+	undo()
 	require.NoError(t, err)
+	c.settle(t)
 	first := l.Until()
 	require.NoError(t, l.Extend(ctx, 10*time.Second))
 	assert.True(t, l.Until().After(first.Add(8*time.Second)), "Until did not move")
