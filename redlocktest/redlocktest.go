@@ -59,7 +59,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,16 +125,11 @@ type kit struct{ a Adapter }
 // REDLOCK_REQUIRE_DOCKER or REDLOCK_REQUIRE_REDIS set it fails instead.
 func requireRedis(t testing.TB, cluster bool) {
 	t.Helper()
-	redistest.Require(t)
-	if !cluster {
+	if cluster {
+		redistest.RequireCluster(t)
 		return
 	}
-	if ok, why := redistest.ClusterAvailable(); !ok {
-		if os.Getenv(redistest.RequireDockerEnv) == "1" || os.Getenv(redistest.RequireServerEnv) == "1" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
-	}
+	redistest.Require(t)
 }
 
 // start starts n plain servers with extra arguments.

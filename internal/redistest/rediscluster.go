@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -57,6 +58,20 @@ func ClusterAvailable() (ok bool, why string) {
 		return false, "redis-cli is not installed (make test installs Debian's redis-tools)"
 	}
 	return true, ""
+}
+
+// RequireCluster skips t, saying why, if redis-server or redis-cli is
+// missing; with REDLOCK_REQUIRE_DOCKER or REDLOCK_REQUIRE_REDIS set to 1 it
+// fails t instead.
+func RequireCluster(t testing.TB) {
+	t.Helper()
+	Require(t)
+	if ok, why := ClusterAvailable(); !ok {
+		if os.Getenv(RequireDockerEnv) == "1" || os.Getenv(RequireServerEnv) == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
 }
 
 // StartRedisCluster starts primaries (at least 3) cluster-enabled servers,

@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,12 +12,7 @@ import (
 // lets in only its ACL users: the harness's admin, and a user whom the
 // rules allow a key pattern only.
 func TestRedisClusterSecure(t *testing.T) {
-	if ok, why := ClusterAvailable(); !ok {
-		if os.Getenv(RequireDockerEnv) == "1" || os.Getenv(RequireServerEnv) == "1" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
-	}
+	RequireCluster(t)
 	files := GenerateTLS(t)
 	rc := StartRedisClusterSecure(t, 3, Secure{
 		TLS: files,
