@@ -127,14 +127,19 @@ func startRedisCluster(t testing.TB, primaries, replicas int, sec Secure) *Redis
 	// redis-cli makes the first primaries-many nodes primaries, and the
 	// rest their replicas.
 	for i := range primaries * (1 + replicas) {
+		Require(t)
+		port := FreePort(t)
+		// FreePort may give the same port twice: the two must differ.
+		busPort := FreePort(t)
+		for busPort == port {
+			busPort = FreePort(t)
+		}
 		nodeArgs := []string{
 			"--cluster-enabled", "yes",
-			"--cluster-port", strconv.Itoa(FreePort(t)),
+			"--cluster-port", strconv.Itoa(busPort),
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i)),
 			"--cluster-node-timeout", nodeTimeout,
 		}
-		Require(t)
-		port := FreePort(t)
 		var serverArgs []string
 		if sec.TLS != nil {
 			// The nodes' connections to one another present the
