@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -109,6 +110,16 @@ func TestCombinedReleasesGoAsOneScript(t *testing.T) {
 			}
 			must("SET", "d", "someone else's")
 			must("HSET", "e", "f", "v")
+			// Each release that deleted its key announces it on the key's
+			// own channel: the prefix given, then the key.
+			sub := redis.PubSubConn{Conn: rp.Get()}
+			defer sub.Close()
+			if err := sub.PSubscribe("redlock:test*"); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := sub.Receive().(redis.Subscription); !ok {
+				t.Fatal("no PSUBSCRIBE confirmation")
+			}
 
 			batch := exchangeOps(n,
 				batchOp{true, "a", "tok-a"},
@@ -162,6 +173,21 @@ func TestCombinedReleasesGoAsOneScript(t *testing.T) {
 			}
 			if v, _ := redis.String(conn.Do("GET", "d")); v != "someone else's" {
 				t.Errorf("d holds %q after another token's release", v)
+			}
+			announced := map[string]bool{}
+			for range 5 {
+				switch m := sub.ReceiveWithTimeout(5 * time.Second).(type) {
+				case redis.Message:
+					if m.Channel != "redlock:test"+string(m.Data) {
+						t.Errorf("%q announced on %q, want its own channel", m.Data, m.Channel)
+					}
+					announced[string(m.Data)] = true
+				default:
+					t.Fatalf("announcements so far %v, then %v", announced, m)
+				}
+			}
+			if want := map[string]bool{"a": true, "b": true, "c": true, "h": true, "i": true}; !maps.Equal(announced, want) {
+				t.Errorf("announced %v, want the keys deleted: %v", announced, want)
 			}
 			if !n.pipe.manyCached.Load() {
 				t.Error("the combined script is not known cached after it ran")

@@ -188,8 +188,9 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			return giveUp(label, withCause(last, ErrClosed))
 		}
 		info := attemptInfo{id: id, woken: woken}
+		probe := false // a woken attempt that confirmations woke (wake.go, "Channels per key")
 		if wt != nil {
-			wt.arm()
+			probe = wt.arm() && woken
 			if a.holders {
 				info.holder = new(string) // contended: learn who holds the key
 			}
@@ -278,6 +279,10 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			if wt == nil && c.wake != nil && len(a.wake) > 0 {
 				wt = c.wake.register(a.wake, need, true)
 			}
+		case probe:
+			// It looked for a release that came before the subscription:
+			// nodes it held had been freed by its own undo, not by a split
+			// vote, so the splits stay as they were.
 		case held != 0:
 			splits++ // this woken attempt held some nodes and still lost
 		default:
@@ -288,10 +293,15 @@ func (c *Client) acquireLoop(ctx context.Context, a *acquisition) (*Lock, error)
 			// long as the last one did after the attempt before it, unless
 			// this one lost to a new holder: then the announcement that
 			// woke it was a real release, and the gap stays as it was.
-			if !handedOver {
+			// A probe (wake.go, "Channels per key") neither counts nor
+			// holds back the next woken attempt: the release it looked for
+			// may come at any moment.
+			if !handedOver && !probe {
 				inPause++
 			}
-			gapEnd = sent.Add(max(rtt, time.Microsecond) << min(max(inPause, 1), 30))
+			if !probe {
+				gapEnd = sent.Add(max(rtt, time.Microsecond) << min(max(inPause, 1), 30))
+			}
 			if c.obs != nil {
 				report(observe.Event{Kind: observe.KindRetry, ID: id, Key: a.key, Try: label, Woken: true, Delay: time.Until(next),
 					Held: bits.OnesCount64(held), Err: err})

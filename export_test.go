@@ -32,6 +32,17 @@ func WakeLive(c *Client) uint64 {
 	return c.wake.live.Load()
 }
 
+// WakeHeard returns the nodes on which c's subscription to the channel of
+// key (a key given to the API) is confirmed (wake.go), as a bit mask.
+func WakeHeard(c *Client, key string) uint64 {
+	if c.wake == nil {
+		return 0
+	}
+	c.wake.mu.Lock()
+	defer c.wake.mu.Unlock()
+	return c.wake.heard[c.keyPrefix+key]
+}
+
 // Waiting returns how many of c's calls wait for a release of key, a mutex
 // or semaphore key given to the API (the Client's prefix is added).
 func Waiting(c *Client, key string) int {
@@ -68,8 +79,9 @@ func Waiters(c *Client) int {
 	return c.wake.count
 }
 
-// ReleaseChannel is where releases are announced (wake.go).
-const ReleaseChannel = releaseChannel
+// ReleaseChannel is where the release of key (a node key) is announced
+// by a Client without a key prefix (wake.go).
+func ReleaseChannel(key string) string { return releaseChannelPrefix + key }
 
 // Clock and WithClock inject a clock, so that tests check the validity
 // arithmetic without sleeping.

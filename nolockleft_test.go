@@ -572,7 +572,7 @@ func TestRealWakeUpFloodIsCapped(t *testing.T) {
 	sent := 0
 	for end := time.Now().Add(flood); time.Now().Before(end); sent++ {
 		for _, conn := range conns {
-			if _, err := conn.Do("PUBLISH", redlock.ReleaseChannel, "wake:flood"); err != nil {
+			if _, err := conn.Do("PUBLISH", redlock.ReleaseChannel("wake:flood"), "wake:flood"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -631,7 +631,7 @@ func TestRealWakeUpCapSparesHandOvers(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					if _, err := conn.Do("PUBLISH", redlock.ReleaseChannel, key); err != nil {
+					if _, err := conn.Do("PUBLISH", redlock.ReleaseChannel(key), key); err != nil {
 						t.Fatal(err)
 					}
 				}

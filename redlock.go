@@ -61,7 +61,7 @@ type Client struct {
 
 	wakeOff bool   // WithWakeUp(false)
 	wake    *waker // delivers release announcements; nil if off or no node is a driver.Subscriber
-	channel any    // releaseChannel as a command argument, or "" with wake-up off
+	channel any    // the key prefix and releaseChannelPrefix, as a command argument; "" with wake-up off
 
 	calls   inflight      // node calls running, including those no caller waits for
 	closed  atomic.Bool   // Close has been called
@@ -149,8 +149,10 @@ func WithTokenFunc(f func() (string, error)) Option {
 // from a key (fencing counters, the keys of RWMutex and Semaphore, the
 // election's leader record) are made from prefix+key, which they hold
 // inside their own name: "redlock:fence:{app:key}" for prefix "app:" (so a
-// Redis ACL key pattern must allow "redlock:*" too). The release channel,
-// "redlock:released", becomes prefix+"redlock:released". Keys given to the
+// Redis ACL key pattern must allow "redlock:*" too). The release channels,
+// "redlock:released:" followed by the node key, begin with the prefix too:
+// "app:redlock:released:app:key" (an ACL channel pattern
+// "&app:redlock:released:*" allows them). Keys given to the
 // API, and reported by Lock.Key and to an observe.Observer, stay without
 // it. Clients that share locks must use the same prefix. A prefix
 // with a hash tag ("{app}:") puts all of the Client's keys in one Redis
@@ -320,11 +322,11 @@ func New(pools []Pool, opts ...Option) (*Client, error) {
 	}
 	c.channel = ""
 	if !c.wakeOff {
-		channel := c.keyPrefix + releaseChannel
-		c.channel = channel
+		prefix := c.keyPrefix + releaseChannelPrefix
+		c.channel = prefix
 		for _, n := range c.nodes {
 			if _, ok := n.pool.(driver.Subscriber); ok {
-				c.wake = newWaker(c, channel)
+				c.wake = newWaker(c, prefix)
 				break
 			}
 		}

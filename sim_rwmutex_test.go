@@ -129,7 +129,7 @@ func simRWUnlock(n *simNode, ka []any) (any, error) {
 	if v, ok := n.get(key); ok && v == str(ka[3]) {
 		delete(n.data, key)
 		if str(ka[4]) != "" {
-			n.announce(key)
+			n.announce(str(ka[4]), key)
 		}
 		return int64(1), nil
 	}

@@ -117,7 +117,7 @@ func simSemRelease(n *simNode, ka []any) (any, error) {
 		return int64(0), nil
 	}
 	if len(ka) > 2 && str(ka[2]) != "" {
-		n.announce(key)
+		n.announce(str(ka[2]), key)
 	}
 	return int64(1), nil
 }

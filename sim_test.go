@@ -299,7 +299,7 @@ func (n *simNode) script(hash string, ka []any) (any, error) {
 		if v, ok := n.get(key); ok && v == str(ka[1]) {
 			delete(n.data, key)
 			if str(ka[2]) != "" {
-				n.announce(key)
+				n.announce(str(ka[2]), key)
 			}
 			return int64(1), nil
 		}

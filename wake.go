@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/bits"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,13 +17,51 @@ import (
 // A Lock that finds its key held waits for its next timed attempt (the
 // RetryStrategy), but it need not sleep through a release. The release
 // script (scripts/release.lua), run by Unlock and by the undo of a lost
-// attempt, publishes the key's name on releaseChannel after it deleted the
-// key. Each Client keeps at most one subscription to that channel per node,
-// shared by all its waiting Locks on every key: it opens when the first Lock
-// starts waiting and closes wakeLinger after the last one stopped, or at
-// Close. A waiter is woken once the nodes that announced a release since its
-// attempt began, together with the nodes its failed attempt held itself
-// (and has just released), make a majority possible.
+// attempt, announces the key's release on the key's channel after it
+// deleted the key. Each Client keeps at most one subscription connection
+// per node, shared by all its waiting Locks on every key: it opens when the
+// first Lock starts waiting and closes wakeLinger after the last one
+// stopped, or at Close. A waiter is woken once the nodes that announced a
+// release since its attempt began, together with the nodes its failed
+// attempt held itself (and has just released), make a majority possible.
+//
+// Channels per key. A release announces itself on the key's own channel
+// (releaseChannelPrefix followed by the node key), and a Client's
+// subscription on a node follows the keys its Locks wait for: a key's
+// channel is added when its first waiter registers and dropped when its
+// last one leaves, on the node's one connection, which stays open while
+// anyone waits (and wakeLinger after). So a Client hears only the releases
+// of keys it waits for, and not its own releases of a key it holds: the
+// waiter that won a key has dropped its channel before its Unlock. With a
+// single channel for every key, each Client heard every release of every
+// Client, its own included: a lone waiter's hand-over took about a seventh
+// longer for the notices of its rival's own releases that it read at that
+// moment (docs/benchmarks.md, "thirteenth look"), and a fleet's notices grew
+// with the number of processes that had anyone waiting.
+//
+// A key's subscription begins some time after the waiter's failed attempt
+// (the SUBSCRIBE's round trip): a release in between is announced to no
+// one. So the server's confirmation of a key's channel on a node counts as
+// that node's announcement (confirmed): the confirmations may wake the
+// key's acquisitions, whose woken attempt then finds the key free or still
+// held. The same covers a connection opened again after a failure, whose
+// confirmations stand for the notices lost while it was down. It costs a
+// waiting Lock one woken attempt when its key's subscription begins, none
+// when a waiter of the same Client already had it open. That attempt, a
+// probe (arm reports it), is not a contender's move: the nodes it holds
+// are usually those its own failed attempt had just let go, so losing
+// does not count as a split vote, and it neither counts toward nor sets
+// the cap on woken attempts, so that the release it looks for, which may
+// come at any moment, wakes the next attempt at once. Counted as ordinary
+// woken attempts, probes cost two workers that take turns on a key (the
+// releaser locks again 2 ms after its Unlock, while the other holds for 3
+// ms) 2.6 times the p99 wait of a single channel (docs/benchmarks.md,
+// "fourteenth look").
+// TestSimulationWakeUpMissesNoRelease checks, on the simulation's clean
+// networks, that no acquisition then waits for its timed attempt; without
+// the confirmations some do. A waiter that registers while its Client's
+// channel for the key is already confirmed gets no confirmation, so its
+// registration counts the confirmed nodes instead (register).
 //
 // A notice is a hint, never a vote. A woken Lock runs an ordinary attempt,
 // SET NX on every node and a majority counted within the validity window,
@@ -77,10 +116,14 @@ import (
 // hand-over: 1.74 ms at the median against 0.71 ms with the first slot
 // (docs/benchmarks.md, "Hand-over latency: where the time went").
 
-// releaseChannel is the Redis pub/sub channel on which releases announce
-// themselves on each node; the message is the released key. A Client made
-// with WithKeyPrefix uses the prefix followed by this name.
-const releaseChannel = "redlock:released"
+// releaseChannelPrefix begins the Redis pub/sub channel on which the
+// release of a key announces itself on each node: the channel is this
+// prefix followed by the node key, and the message is the node key. A
+// Client made with WithKeyPrefix puts its prefix first (so the channel of
+// key "k" is "app:redlock:released:app:k"). The prefix alone, a channel on
+// which no release is announced, keeps each subscription's connection in
+// pub/sub mode while no key is waited for.
+const releaseChannelPrefix = "redlock:released:"
 
 // wakeLinger is how long a Client keeps its subscriptions open after the
 // last waiter stopped waiting, so that a burst of contention does not dial
@@ -103,9 +146,11 @@ const ageScale = 16
 const maxSplitShift = 6
 
 // WithWakeUp turns wake-up on release on or off (on by default). On, every
-// release announces itself on the channel "redlock:released", and a Lock that waits is woken
-// by the announcements of other Clients' releases, through one subscription
-// per node that is a Subscriber. Off, releases send no announcement and Lock
+// release announces itself on the key's channel, "redlock:released:"
+// followed by the key (and the Client's key prefix before both), and a Lock
+// that waits is woken by the announcements of other Clients' releases,
+// through one subscription per node that is a Subscriber, to the channels
+// of the keys its Client's Locks wait for. Off, releases send no announcement and Lock
 // waits for its timed attempts only; a Client with wake-up off does not
 // wake the waiters of other Clients either.
 func WithWakeUp(on bool) Option {
@@ -115,23 +160,27 @@ func WithWakeUp(on bool) Option {
 // A waker delivers release announcements to the Client's waiting Locks.
 // It is safe for concurrent use.
 type waker struct {
-	client  *Client
-	channel string
+	client *Client
+	prefix string // a key's channel is prefix+key; prefix alone is the anchor
 
-	mu      sync.Mutex
-	waiting map[string][]*waiter // by key, in the order they registered
-	count   int                  // waiters registered
-	seq     uint64               // registrations so far
-	stop    context.CancelFunc   // ends the running subscriptions; nil if none run
-	idle    *time.Timer          // stops them once no one waits
-	closed  bool
+	mu       sync.Mutex
+	waiting  map[string][]*waiter // by key, in the order they registered
+	channels map[string]string    // the channel of each key in waiting
+	heard    map[string]uint64    // the nodes that confirmed each key's channel
+	count    int                  // waiters registered
+	seq      uint64               // registrations so far
+	stop     context.CancelFunc   // ends the running subscriptions; nil if none run
+	changed  []chan struct{}      // each running subscription's Changed
+	idle     *time.Timer          // stops them once no one waits
+	closed   bool
 
 	runs inflight      // subscription goroutines
 	live atomic.Uint64 // nodes whose subscription the server has confirmed
 }
 
-func newWaker(c *Client, channel string) *waker {
-	return &waker{client: c, channel: channel, waiting: make(map[string][]*waiter)}
+func newWaker(c *Client, prefix string) *waker {
+	return &waker{client: c, prefix: prefix, waiting: make(map[string][]*waiter),
+		channels: make(map[string]string), heard: make(map[string]uint64)}
 }
 
 // A waiter is one waiting acquisition (acquireLoop), of any primitive.
@@ -145,8 +194,10 @@ type waiter struct {
 	// announcement for one attempt cannot leave a wake-up for the next.
 	mu      sync.Mutex
 	freed   uint64        // nodes that announced a release of key since arm
+	hinted  uint64        // nodes that confirmed a key's subscription since arm
 	free    uint64        // nodes the last attempt held (and has released)
 	settled bool          // the last attempt has ended: free is known
+	probe   bool          // the pending wake-up came from confirmations: announcements alone would not have woken it
 	wake    chan struct{} // one slot: a wake-up is pending
 }
 
@@ -164,8 +215,26 @@ func (w *waker) register(keys []string, need int, contends bool) *waiter {
 	}
 	w.seq++
 	wt.seq = w.seq
+	added := false
 	for _, key := range keys {
+		if _, ok := w.waiting[key]; !ok {
+			w.channels[key] = w.prefix + key
+			added = true
+		}
+		// A release between the waiter's failed attempt and now was
+		// announced before it registered. Where the key's channel is
+		// already confirmed, no confirmation will stand for that
+		// announcement: the waiter takes the confirmations as they are. A
+		// contending waiter of the Client already on the key heard it, and
+		// took the release or lost it to another holder, whose own release
+		// will be announced to both.
+		if contends && !slices.ContainsFunc(w.waiting[key], func(x *waiter) bool { return x.contends }) {
+			wt.hinted |= w.heard[key]
+		}
 		w.waiting[key] = append(w.waiting[key], wt)
+	}
+	if added {
+		w.changes()
 	}
 	w.count++
 	if w.idle != nil {
@@ -183,16 +252,25 @@ func (w *waker) register(keys []string, need int, contends bool) *waiter {
 func (w *waker) unregister(wt *waiter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	dropped := false
 	for _, key := range wt.keys {
-		ws := w.waiting[key]
+		ws, ok := w.waiting[key]
+		if !ok {
+			continue // a key wt names twice, already removed
+		}
 		if i := slices.Index(ws, wt); i >= 0 {
 			ws = slices.Delete(ws, i, i+1) // keeps the order of registration
 		}
 		if len(ws) == 0 {
 			delete(w.waiting, key)
+			delete(w.channels, key) // its confirmations are forgotten as the subscriptions read it (wanted)
+			dropped = true
 		} else {
 			w.waiting[key] = ws
 		}
+	}
+	if dropped {
+		w.changes()
 	}
 	w.count--
 	if w.count == 0 && w.stop != nil && !w.closed {
@@ -207,7 +285,46 @@ func (w *waker) stopIdle() {
 	if w.count == 0 && w.stop != nil {
 		w.stop()
 		w.stop = nil
+		w.changed = nil
 	}
+}
+
+// changes tells the running subscriptions that the channels wanted have
+// changed; w.mu is held.
+func (w *waker) changes() {
+	for _, ch := range w.changed {
+		select {
+		case ch <- struct{}{}:
+		default: // one is pending: the subscription reads the set anew
+		}
+	}
+}
+
+// wanted returns the channels node's subscription should hear: the anchor,
+// then each waited-for key's. Its Subscriber reads them to unsubscribe
+// from the rest, so node's confirmation of a key no longer wanted is
+// forgotten here. One still wanted stays confirmed: a channel dropped and
+// added again since the last read has not left the connection, which
+// sends neither UNSUBSCRIBE nor SUBSCRIBE for it.
+func (w *waker) wanted(node int) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	bit := uint64(1) << node
+	for key, nodes := range w.heard {
+		if _, ok := w.channels[key]; !ok && nodes&bit != 0 {
+			if nodes &^= bit; nodes == 0 {
+				delete(w.heard, key)
+			} else {
+				w.heard[key] = nodes
+			}
+		}
+	}
+	out := make([]string, 0, 1+len(w.channels))
+	out = append(out, w.prefix)
+	for _, ch := range w.channels {
+		out = append(out, ch)
+	}
+	return out
 }
 
 // start opens a subscription on every node that is a Subscriber; w.mu is
@@ -215,24 +332,54 @@ func (w *waker) stopIdle() {
 func (w *waker) start() {
 	ctx, stop := context.WithCancel(context.Background())
 	w.stop = stop
+	w.changed = nil
 	for _, n := range w.client.nodes {
 		if s, ok := n.pool.(driver.Subscriber); ok {
+			changed := make(chan struct{}, 1)
+			w.changed = append(w.changed, changed)
 			w.runs.Add(1)
-			go w.subscribe(ctx, n.index, s)
+			go w.subscribe(ctx, n.index, s, changed)
 		}
 	}
 }
 
 // subscribe keeps node's subscription open until ctx ends, opening it again
 // after a failure.
-func (w *waker) subscribe(ctx context.Context, node int, s driver.Subscriber) {
+func (w *waker) subscribe(ctx context.Context, node int, s driver.Subscriber, changed <-chan struct{}) {
 	defer w.runs.Done()
 	bit := uint64(1) << node
+	sub := &driver.Subscription{
+		Channels: func() []string { return w.wanted(node) },
+		Changed:  changed,
+		// A key's confirmation stands for an announcement: a release
+		// before it reached no one.
+		Ready: func(channel string) {
+			if channel == w.prefix {
+				w.live.Or(bit)
+			} else if key, ok := strings.CutPrefix(channel, w.prefix); ok {
+				w.confirmed(node, key)
+			}
+		},
+		Deliver: func(channel, _ string) {
+			if key, ok := strings.CutPrefix(channel, w.prefix); ok && key != "" {
+				w.deliver(node, key)
+			}
+		},
+	}
 	pause := subscribeRetryMin
 	for {
 		began := time.Now()
-		s.Subscribe(ctx, w.channel, func() { w.live.Or(bit) }, func(key string) { w.deliver(node, key) })
+		s.Subscribe(ctx, sub)
 		w.live.And(^bit)
+		w.mu.Lock()
+		for key, nodes := range w.heard {
+			if nodes &^= bit; nodes == 0 {
+				delete(w.heard, key)
+			} else {
+				w.heard[key] = nodes
+			}
+		}
+		w.mu.Unlock()
 		if ctx.Err() != nil {
 			return
 		}
@@ -256,6 +403,26 @@ func (w *waker) deliver(node int, key string) {
 	w.mu.Lock()
 	for _, wt := range w.waiting[key] {
 		wt.notify(node)
+	}
+	w.mu.Unlock()
+}
+
+// confirmed records that node confirmed the subscription to key's channel,
+// and passes it on to the key's acquisitions as the node's announcement of
+// a release of key: one that came before the subscription was announced to
+// no one. An Election's observer is not told: it registers before its
+// first read, and a wake-up that came with the subscription would spend
+// the one fresh read that an offer allows itself on an announcement
+// (Observe), which a resignation just after needs.
+func (w *waker) confirmed(node int, key string) {
+	w.mu.Lock()
+	if _, ok := w.channels[key]; ok {
+		w.heard[key] |= 1 << node
+	}
+	for _, wt := range w.waiting[key] {
+		if wt.contends {
+			wt.hint(node)
+		}
 	}
 	w.mu.Unlock()
 }
@@ -290,20 +457,26 @@ func (w *waker) close(limit time.Duration) bool {
 	if w.stop != nil {
 		w.stop()
 		w.stop = nil
+		w.changed = nil
 	}
 	w.mu.Unlock()
 	return w.runs.wait(limit)
 }
 
-// arm starts an attempt: announcements count from here on.
-func (wt *waiter) arm() {
+// arm starts an attempt: announcements count from here on. It reports
+// whether the wake-up that led to the attempt, if any, came from
+// confirmations: the attempt is then a probe for a release that may have
+// come before the key's subscription (confirmed).
+func (wt *waiter) arm() (probe bool) {
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
-	wt.settled, wt.freed, wt.free = false, 0, 0
+	probe = wt.probe
+	wt.settled, wt.freed, wt.hinted, wt.free, wt.probe = false, 0, 0, 0, false
 	select {
 	case <-wt.wake:
 	default:
 	}
+	return probe
 }
 
 // settle ends a failed attempt that held the nodes in held before it let
@@ -323,6 +496,15 @@ func (wt *waiter) notify(node int) {
 	wt.check()
 }
 
+// hint records node's confirmation of a subscription to one of wt's keys,
+// which counts as an announcement (confirmed).
+func (wt *waiter) hint(node int) {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	wt.hinted |= 1 << node
+	wt.check()
+}
+
 // check wakes the waiter once a majority may be free: nodes that announced
 // a release, with those its own attempt held. At least one announcement must
 // come from a node the attempt did not hold: its own undo announces too, and
@@ -331,7 +513,11 @@ func (wt *waiter) check() {
 	if !wt.settled {
 		return
 	}
-	if wt.freed&^wt.free != 0 && bits.OnesCount64(wt.freed|wt.free) >= wt.need {
+	wakes := func(freed uint64) bool {
+		return freed&^wt.free != 0 && bits.OnesCount64(freed|wt.free) >= wt.need
+	}
+	if wakes(wt.freed | wt.hinted) {
+		wt.probe = !wakes(wt.freed)
 		select {
 		case wt.wake <- struct{}{}:
 		default:

@@ -93,12 +93,15 @@ func TestStaggerDoublesOnSplitsAndNarrowsWithTheWait(t *testing.T) {
 }
 
 // subMemPool is a memPool that is also a Subscriber whose subscription never
-// delivers: the tests announce releases themselves (waker.deliver), at the
-// moment they choose.
+// delivers, and confirms only its first channel (the one that keeps it
+// open), not the keys': the tests announce releases themselves
+// (waker.deliver), at the moment they choose.
 type subMemPool struct{ memPool }
 
-func (p *subMemPool) Subscribe(ctx context.Context, _ string, ready func(), _ func(string)) error {
-	ready()
+var _ driver.Subscriber = (*subMemPool)(nil)
+
+func (p *subMemPool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
+	sub.Ready(sub.Channels()[0])
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -438,5 +441,70 @@ func TestContendedLockOnAServerWithoutSetGet(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A wake-up that only the confirmations of a key's subscription caused
+// makes a probe: here it finds one node free (released in the gap, as far
+// as the waiter can tell), holds it, and loses. That is not a split vote,
+// and it sets no cap: at the release that follows, the waiter, its
+// Client's only one, attempts at once. Counted as a split, the probe
+// delayed that attempt by a stagger drawn from a doubled window and by the
+// cap (at least one rtt, 200 ms here).
+func TestWakeProbeHoldsNothingBack(t *testing.T) {
+	const rtt = 200 * time.Millisecond
+	b := newWakeBench(t, rtt)
+	ctx := context.Background()
+	const key = "wake:probe"
+	l, err := b.holder.Lock(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := b.waiter.Lock(ctx, key, time.Minute)
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	b.settled(t, key, 1)
+	id := b.waiter.ids.Load()
+	// Node 2 lets the key go unannounced; then the subscriptions confirm.
+	n := b.holder.nodes[2].pool.(*memPool).n
+	n.mu.Lock()
+	delete(n.data, key)
+	n.mu.Unlock()
+	confirmed := time.Now()
+	for node := range 3 {
+		b.waiter.wake.confirmed(node, key)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, ok := b.times.firstAfter(id, confirmed); ok {
+			break // the probe is under way: settled below waits for its end
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the confirmations woke no attempt in 10s")
+		}
+	}
+	b.settled(t, key, 1)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := b.announce(key)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter did not get the key within 30s")
+	}
+	woke, ok := b.times.firstAfter(id, at)
+	if !ok {
+		t.Fatal("no woken attempt after the release")
+	}
+	if d := woke.Sub(at); d > rtt/5 {
+		t.Errorf("the woken attempt began %v after the release's announcement, want at once (< %v)", d, rtt/5)
 	}
 }

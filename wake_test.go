@@ -11,7 +11,9 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/driver"
 	"github.com/quorumlock/redlock/observe"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // wakeEvents counts a Client's woken attempts and their outcomes.
@@ -31,16 +33,16 @@ func (o *wakeEvents) Observe(_ context.Context, e observe.Event) {
 }
 
 // awaitWaiting waits until c has want Lock calls waiting on key with its
-// subscription confirmed on every node, so that a release from now on is
-// announced to them.
+// subscription to the key's channel confirmed on every node, so that a
+// release from now on is announced to them.
 func awaitWaiting(t *testing.T, c *redlock.Client, key string, want, nodes int) {
 	t.Helper()
 	all := uint64(1)<<nodes - 1
 	if !realEventually(10*time.Second, func() bool {
-		return redlock.Waiting(c, key) == want && redlock.WakeLive(c) == all
+		return redlock.Waiting(c, key) == want && redlock.WakeLive(c) == all && redlock.WakeHeard(c, key) == all
 	}) {
-		t.Fatalf("waiting on %s: %d calls, subscriptions %b; want %d and %b",
-			key, redlock.Waiting(c, key), redlock.WakeLive(c), want, all)
+		t.Fatalf("waiting on %s: %d calls, subscriptions %b, to the key's channel %b; want %d and %b",
+			key, redlock.Waiting(c, key), redlock.WakeLive(c), redlock.WakeHeard(c, key), want, all)
 	}
 }
 
@@ -86,6 +88,116 @@ func TestWakeUpOnRelease(t *testing.T) {
 	}
 }
 
+// gatedSubscriber is a redigo pool whose subscription asks for its first
+// channel only (the one that keeps it open) until gate is closed, as if
+// the SUBSCRIBE of the keys' channels took that long.
+type gatedSubscriber struct {
+	*redigo.Pool
+	gate chan struct{}
+}
+
+func (g gatedSubscriber) Subscribe(ctx context.Context, sub *driver.Subscription) error {
+	changed := make(chan struct{}, 1)
+	inner := &driver.Subscription{Changed: changed, Ready: sub.Ready, Deliver: sub.Deliver,
+		Channels: func() []string {
+			select {
+			case <-g.gate:
+				return sub.Channels()
+			default:
+				return sub.Channels()[:1]
+			}
+		}}
+	ctx, cancel := context.WithCancel(ctx) // ends the forwarding with this subscription
+	defer cancel()
+	go func() {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return
+		}
+		for {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+			select {
+			case <-sub.Changed:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return g.Pool.Subscribe(ctx, inner)
+}
+
+// A release after the waiter's failed attempt and before its subscription
+// to the key's channel reached the nodes is announced to no one. The
+// subscription's confirmation stands for it: the waiter is woken then, not
+// at its timed attempt a minute later.
+func TestWakeUpReleaseBeforeTheKeysSubscription(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	holder := realClient(t, addrs)
+	gate := make(chan struct{})
+	pools := make([]redlock.Pool, len(addrs))
+	for i, addr := range addrs {
+		p := redigo.NewPool(addr)
+		t.Cleanup(func() { _ = p.Close() })
+		pools[i] = gatedSubscriber{p, gate}
+	}
+	var ev wakeEvents
+	waiter, err := redlock.New(pools, realNodeTimeout,
+		redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)), redlock.WithObserver(&ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waiter.Close() })
+	const key = "wake:gap"
+	l, err := holder.Lock(ctx, key, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		w, err := waiter.Lock(lctx, key, 30*time.Second)
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	all := uint64(1)<<len(addrs) - 1
+	if !realEventually(10*time.Second, func() bool {
+		return redlock.Waiting(waiter, key) == 1 && redlock.WakeLive(waiter) == all
+	}) {
+		t.Fatal("the waiter is not waiting with its subscriptions open")
+	}
+	for i, a := range addrs {
+		v, err := redis.Values(realConn(t, a).Do("PUBSUB", "NUMSUB", redlock.ReleaseChannel(key)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := redis.Int64(v[1], nil); n != 0 || redlock.WakeHeard(waiter, key) != 0 {
+			t.Fatalf("node %d: %d subscribers to the key's channel before the gate opened", i, n)
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	released := time.Now()
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if d := time.Since(released); d > 10*time.Second {
+		t.Errorf("waiter got the lock %v after the release", d)
+	}
+	if ev.wokenWon.Load() != 1 {
+		t.Errorf("%d woken acquisitions, want 1", ev.wokenWon.Load())
+	}
+}
+
 // An announcement is a hint: forged ones wake the waiter, whose attempts
 // fail while the lock is held, and do not count toward WithTries.
 func TestWakeUpAnnouncementIsOnlyAHint(t *testing.T) {
@@ -121,7 +233,7 @@ func TestWakeUpAnnouncementIsOnlyAHint(t *testing.T) {
 	const forged = 5
 	for i := range forged {
 		for _, c := range conns {
-			if _, err := c.Do("PUBLISH", redlock.ReleaseChannel, "wake:forged"); err != nil {
+			if _, err := c.Do("PUBLISH", redlock.ReleaseChannel("wake:forged"), "wake:forged"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -178,18 +290,24 @@ func TestWakeUpOneSubscriptionPerNode(t *testing.T) {
 	for i := range keys {
 		awaitWaiting(t, waiter, fmt.Sprintf("wake:many:%d", i), 1, len(addrs))
 	}
-	numsub := func(addr string) int64 {
+	numsub := func(addr, channel string) int64 {
 		conn := realConn(t, addr)
-		v, err := redis.Values(conn.Do("PUBSUB", "NUMSUB", redlock.ReleaseChannel))
+		v, err := redis.Values(conn.Do("PUBSUB", "NUMSUB", channel))
 		if err != nil {
 			t.Fatal(err)
 		}
 		n, _ := redis.Int64(v[1], nil)
 		return n
 	}
+	anchor := redlock.ReleaseChannel("")
 	for i, a := range addrs {
-		if n := numsub(a); n != 1 {
+		if n := numsub(a, anchor); n != 1 {
 			t.Errorf("node %d: %d subscriptions for %d waiters on %d keys, want 1", i, n, keys, keys)
+		}
+		for k := range keys {
+			if n := numsub(a, redlock.ReleaseChannel(fmt.Sprintf("wake:many:%d", k))); n != 1 {
+				t.Errorf("node %d: %d subscribers to the channel of key %d, want 1", i, n, k)
+			}
 		}
 	}
 	for _, l := range held {
@@ -205,12 +323,92 @@ func TestWakeUpOneSubscriptionPerNode(t *testing.T) {
 		}
 	}
 	for i, a := range addrs {
-		if !realEventually(10*time.Second, func() bool { return numsub(a) == 0 }) {
+		if !realEventually(10*time.Second, func() bool { return numsub(a, anchor) == 0 }) {
 			t.Errorf("node %d: the subscription is still open with no one waiting", i)
 		}
 	}
 	if err := waiter.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// A Client hears the channels of the keys it waits for, and only while it
+// waits: the waiter that won a key has dropped the key's channel, so that
+// its own release of it comes back to no one, while the key it still
+// waits for keeps its channel on the same connection.
+func TestWakeUpChannelsFollowTheWaiters(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	holder := realClient(t, addrs)
+	waiter := realClient(t, addrs, redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+	t.Cleanup(func() { waiter.Close() })
+	numsub := func(addr, channel string) int64 {
+		v, err := redis.Values(realConn(t, addr).Do("PUBSUB", "NUMSUB", channel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := redis.Int64(v[1], nil)
+		return n
+	}
+	keys := []string{"wake:follow:a", "wake:follow:b"}
+	held := make([]*redlock.Lock, len(keys))
+	for i, key := range keys {
+		l, err := holder.Lock(ctx, key, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = l
+	}
+	won := make(chan *redlock.Lock, len(keys))
+	errs := make(chan error, len(keys))
+	for _, key := range keys {
+		go func() {
+			lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			l, err := waiter.Lock(lctx, key, 30*time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			won <- l
+		}()
+	}
+	for _, key := range keys {
+		awaitWaiting(t, waiter, key, 1, len(addrs))
+	}
+	if err := held[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var a *redlock.Lock
+	select {
+	case a = <-won:
+	case err := <-errs:
+		t.Fatalf("waiter: %v", err)
+	}
+	for i, addr := range addrs {
+		if !realEventually(10*time.Second, func() bool { return numsub(addr, redlock.ReleaseChannel(keys[0])) == 0 }) {
+			t.Errorf("node %d: the winner still hears the channel of the key it holds", i)
+		}
+		if n := numsub(addr, redlock.ReleaseChannel(keys[1])); n != 1 {
+			t.Errorf("node %d: %d subscribers to the channel of the key still waited for, want 1", i, n)
+		}
+		if n := numsub(addr, redlock.ReleaseChannel("")); n != 1 {
+			t.Errorf("node %d: %d subscriptions open, want 1", i, n)
+		}
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := held[1].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-won:
+		if err := b.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case err := <-errs:
+		t.Fatalf("waiter: %v", err)
 	}
 }
 
@@ -220,7 +418,7 @@ func TestWakeUpOff(t *testing.T) {
 	addrs := realNodes(t, 1)
 	ctx := context.Background()
 	sub := redis.PubSubConn{Conn: realConn(t, addrs[0])}
-	if err := sub.Subscribe(redlock.ReleaseChannel); err != nil {
+	if err := sub.PSubscribe(redlock.ReleaseChannel("*")); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := sub.Receive().(redis.Subscription); !ok {
@@ -240,8 +438,8 @@ func TestWakeUpOff(t *testing.T) {
 	}
 	switch m := sub.ReceiveWithTimeout(10 * time.Second).(type) {
 	case redis.Message:
-		if string(m.Data) != "wake:on" {
-			t.Errorf("first announcement %q, want wake:on: the Client with wake-up off announced", m.Data)
+		if string(m.Data) != "wake:on" || m.Channel != redlock.ReleaseChannel("wake:on") {
+			t.Errorf("first announcement %q on %s, want wake:on on its channel: the Client with wake-up off announced", m.Data, m.Channel)
 		}
 	case error:
 		t.Fatal(m)
@@ -278,4 +476,220 @@ func TestWakeUpWaiterEndsWithContext(t *testing.T) {
 	if n := redlock.Waiting(waiter, "wake:ctx"); n != 0 {
 		t.Errorf("%d calls still registered as waiting", n)
 	}
+}
+
+// Every primitive's release wakes the waiters of its keys: the release
+// scripts announce on the channel of the very key that the waiters
+// subscribed to. The waiters' timed attempts are a minute away.
+func TestWakeUpEveryPrimitive(t *testing.T) {
+	addrs := realNodes(t, 3)
+	ctx := context.Background()
+	type acquire func(c *redlock.Client) (*redlock.Lock, error)
+	sem := func(key string) acquire {
+		return func(c *redlock.Client) (*redlock.Lock, error) {
+			s, err := c.Semaphore(key, 1)
+			if err != nil {
+				return nil, err
+			}
+			return s.Acquire(ctx, 30*time.Second)
+		}
+	}
+	write := func(key string) acquire {
+		return func(c *redlock.Client) (*redlock.Lock, error) { return c.RWMutex(key).Lock(ctx, 30*time.Second) }
+	}
+	read := func(key string) acquire {
+		return func(c *redlock.Client) (*redlock.Lock, error) { return c.RWMutex(key).RLock(ctx, 30*time.Second) }
+	}
+	for _, tc := range []struct {
+		name           string
+		holder, waiter acquire
+		opts           []redlock.Option
+	}{
+		{"semaphore", sem("wake:sem"), sem("wake:sem"), nil},
+		{"semaphore with a prefix", sem("wake:sem"), sem("wake:sem"), []redlock.Option{redlock.WithKeyPrefix("app:")}},
+		{"writer after a writer", write("wake:rw1"), write("wake:rw1"), nil},
+		{"writer after a reader", read("wake:rw2"), write("wake:rw2"), nil},
+		{"reader after a writer", write("wake:rw3"), read("wake:rw3"), []redlock.Option{redlock.WithKeyPrefix("app:")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			holder := realClient(t, addrs, tc.opts...)
+			var ev wakeEvents
+			waiter := realClient(t, addrs, append([]redlock.Option{redlock.WithObserver(&ev),
+				redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute))}, tc.opts...)...)
+			t.Cleanup(func() { waiter.Close() })
+			l, err := tc.holder(holder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				w, err := tc.waiter(waiter)
+				if err == nil {
+					err = w.Unlock(ctx)
+				}
+				got <- err
+			}()
+			if !realEventually(10*time.Second, func() bool { return redlock.Waiters(waiter) == 1 && ev.woken.Load() >= 1 }) {
+				t.Fatal("the waiter is not waiting, woken once by its subscription's confirmation")
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("waiter: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter was not woken by the release (its timed attempt is a minute away)")
+			}
+			if ev.wokenWon.Load() != 1 {
+				t.Errorf("%d woken acquisitions, want 1", ev.wokenWon.Load())
+			}
+		})
+	}
+}
+
+// changesAfter forwards Changed to its redigo pool's subscription only
+// after delay, as a writer still busy with an earlier change would read
+// it: a channel dropped and added again in between is neither
+// unsubscribed nor subscribed again.
+type changesAfter struct {
+	*redigo.Pool
+	delay time.Duration
+}
+
+func (p changesAfter) Subscribe(ctx context.Context, sub *driver.Subscription) error {
+	changed := make(chan struct{}, 1)
+	inner := *sub
+	inner.Changed = changed
+	ctx, cancel := context.WithCancel(ctx) // ends the forwarding with this subscription
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-sub.Changed:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case <-time.After(p.delay):
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return p.Pool.Subscribe(ctx, &inner)
+}
+
+// A release between a waiter's failed attempt and its registration is
+// announced before anyone of its Client waits to hear it. Where the
+// Client's channel for the key is already confirmed, no confirmation comes
+// to stand for that announcement; the registration takes the confirmed
+// nodes as announcements instead, and the waiter wins at once, not at its
+// timed attempt a minute later. Two ways a Client hears a key no contender
+// of it waits for: an election's observer of the key (Campaign and
+// Observe in one process), and a channel dropped by the winner and added
+// again by the next waiter before the subscription read the drop.
+func TestWakeUpReleaseBeforeRegistration(t *testing.T) {
+	ctx := context.Background()
+	all := uint64(1)<<3 - 1
+	// lockAcross locks key on c, releasing l after c's first attempt has
+	// failed and before the call registers as a waiter; the pause lets
+	// the release's announcement reach c (where it finds no contender).
+	lockAcross := func(t *testing.T, c *redlock.Client, key string, l *redlock.Lock) {
+		t.Helper()
+		var once atomic.Bool
+		undo := redlock.AfterAttempts(c, func() {
+			if once.CompareAndSwap(false, true) {
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+		defer undo()
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		w, err := c.Lock(lctx, key, 30*time.Second)
+		if err != nil {
+			t.Fatalf("the key was free for the whole wait: %v", err)
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("beside an observer", func(t *testing.T) {
+		addrs := realNodes(t, 3)
+		holder := realClient(t, addrs)
+		c := realClient(t, addrs, redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+		t.Cleanup(func() { c.Close() })
+		const key = "wake:registration:observer"
+		l, err := holder.Lock(ctx, key, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		octx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		leaders, err := c.Election(key).Observe(octx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for range leaders {
+			}
+		}()
+		if !realEventually(10*time.Second, func() bool { return redlock.WakeHeard(c, key) == all }) {
+			t.Fatal("the observer's channel is not confirmed")
+		}
+		lockAcross(t, c, key, l)
+	})
+
+	t.Run("drop and add coalesced", func(t *testing.T) {
+		addrs := realNodes(t, 3)
+		holder := realClient(t, addrs)
+		pools := make([]redlock.Pool, len(addrs))
+		for i, addr := range addrs {
+			p := redigo.NewPool(addr)
+			t.Cleanup(func() { _ = p.Close() })
+			pools[i] = changesAfter{p, 300 * time.Millisecond}
+		}
+		c, err := redlock.New(pools, realNodeTimeout, redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		const key = "wake:registration:coalesced"
+		l, err := holder.Lock(ctx, key, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A waits until its channel is confirmed, and wins the release.
+		won := make(chan *redlock.Lock, 1)
+		go func() {
+			a, err := c.Lock(ctx, key, 30*time.Second)
+			if err != nil {
+				t.Error(err)
+			}
+			won <- a
+		}()
+		if !realEventually(10*time.Second, func() bool { return redlock.WakeHeard(c, key) == all }) {
+			t.Fatal("the first waiter's channel is not confirmed")
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := <-won
+		if a == nil {
+			t.Fatal("the first waiter did not win")
+		}
+		// A's win dropped the channel; the drop waits in Changed while B
+		// fails, A releases, and B registers, adding the channel again.
+		lockAcross(t, c, key, a)
+	})
 }

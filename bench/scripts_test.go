@@ -35,7 +35,7 @@ func BenchmarkReleaseScripts(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const batch, token, channel = 16, "0123456789abcdefghijkl", "redlock:released"
+	const batch, token, channel = 16, "0123456789abcdefghijkl", "redlock:released:" // the channels' prefix
 	for _, combined := range []bool{false, true} {
 		b.Run("combined="+strconv.FormatBool(combined), func(b *testing.B) {
 			prefix := "bench:" + b.Name() + ":" + strconv.FormatInt(time.Now().UnixNano(), 10) + ":"

@@ -36,6 +36,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -132,14 +133,67 @@ type Validator interface {
 
 // A Subscriber is a Pool that can also receive Redis pub/sub messages.
 //
-// Subscribe subscribes to channel on a connection of its own, calls ready
-// once the server has confirmed the subscription, then calls deliver with the
-// payload of each message, in order, until ctx ends or the connection fails.
-// It returns then, with the cause; after ctx ends it may return ctx.Err() or
-// nil. ready and deliver are called from the goroutine that called Subscribe
+// Subscribe opens a connection of its own and keeps it subscribed to the
+// channels that sub.Channels returns, following them as they change, until
+// ctx ends or the connection fails. It returns then, with the cause; after
+// ctx ends it may return ctx.Err() or nil. It reads sub.Channels when it
+// starts and each time sub.Changed receives, and sends SUBSCRIBE for the
+// channels added since it last read them and UNSUBSCRIBE for those dropped
+// (Subscription.Diff computes both). It calls sub.Ready with a channel once
+// the server has confirmed the subscription to it, and sub.Deliver with the
+// channel and payload of each message, in the order the server sent them.
+// Ready and Deliver are never called at once, nor after Subscribe returns,
 // and must not block for long.
+//
+// A channel's subscription that the server ends while the channel is still
+// wanted, or an error reply to a SUBSCRIBE (NOPERM for a channel an ACL user
+// may not hear, say), ends Subscribe with an error, as a broken connection
+// does: messages may have been missed, or will be.
 type Subscriber interface {
-	Subscribe(ctx context.Context, channel string, ready func(), deliver func(payload string)) error
+	Subscribe(ctx context.Context, sub *Subscription) error
+}
+
+// A Subscription is the set of channels the core wants to hear on one
+// connection, and where their events go. The core makes it; a Subscriber
+// reads it.
+type Subscription struct {
+	// Channels returns the channels wanted now. The set is never empty: its
+	// first channel stays while Subscribe runs, so that the connection
+	// never leaves pub/sub mode.
+	Channels func() []string
+	// Changed receives a value each time Channels may have changed (a
+	// pending change is kept, not queued).
+	Changed <-chan struct{}
+	// Ready is called once the server has confirmed the subscription to
+	// a channel.
+	Ready func(channel string)
+	// Deliver is called with each message's channel and payload.
+	Deliver func(channel, payload string)
+}
+
+// Diff reads the channels wanted now and compares them with have, the
+// channels the connection is subscribed to or has asked for: it returns
+// those to subscribe to, in the order Channels gave them, and those to
+// unsubscribe from, sorted, and updates have to match. A Subscriber keeps
+// have for its connection, empty at the start.
+func (s *Subscription) Diff(have map[string]bool) (add, drop []string) {
+	want := s.Channels()
+	wanted := make(map[string]bool, len(want))
+	for _, ch := range want {
+		wanted[ch] = true
+		if !have[ch] {
+			have[ch] = true
+			add = append(add, ch)
+		}
+	}
+	for ch := range have {
+		if !wanted[ch] {
+			delete(have, ch)
+			drop = append(drop, ch)
+		}
+	}
+	slices.Sort(drop)
+	return add, drop
 }
 
 // A DeadlineHonorer is a Pool that can promise to keep its context's

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -495,7 +496,12 @@ func TestZeroAndNilPool(t *testing.T) {
 			if err := p.Exec(ctx, []driver.Command{{Name: "PING"}}, make([]driver.Reply, 1)); err == nil {
 				t.Error("Exec = nil, want an error")
 			}
-			if err := p.Subscribe(ctx, "c", func() { t.Error("ready") }, func(string) {}); err == nil {
+			sub := &driver.Subscription{
+				Channels: func() []string { return []string{"c"} },
+				Ready:    func(string) { t.Error("ready") },
+				Deliver:  func(string, string) {},
+			}
+			if err := p.Subscribe(ctx, sub); err == nil {
 				t.Error("Subscribe = nil, want an error")
 			}
 			if p.HonorsDeadline() || p.SingleServer() {
@@ -522,9 +528,14 @@ func TestSubscribeSilentServer(t *testing.T) {
 	got := make(chan string, 1)
 	done := make(chan error, 1)
 	exited := make(chan struct{})
+	sub := &driver.Subscription{
+		Channels: func() []string { return []string{"silent"} },
+		Ready:    func(string) { close(ready) },
+		Deliver:  func(_, p string) { got <- p },
+	}
 	go func() {
 		defer close(exited)
-		done <- pool.Subscribe(ctx, "silent", func() { close(ready) }, func(p string) { got <- p })
+		done <- pool.Subscribe(ctx, sub)
 	}()
 	defer func() { // before the interval is restored
 		cancel()
@@ -571,6 +582,58 @@ func TestSubscribeSilentServer(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Subscribe still running 5s after its server went silent")
+	}
+}
+
+// A channel added while the subscription runs, which the server refuses
+// (NOPERM: the ACL user may not hear it), ends Subscribe with the server's
+// error rather than leaving the channel silently unheard.
+func TestSubscribeRefusedChannel(t *testing.T) {
+	requireRedis(t)
+	s := redistest.Start(t, "--user", "default", "on", "nopass", "~*", "&*", "+@all",
+		"--user", "anchored", "on", ">pw", "~*", "&kit:anchor", "+@connection", "+subscribe", "+unsubscribe")
+	pool := goredis.NewPool(newClient(t, redlocktest.Server{Addr: s.Addr, Username: "anchored", Password: "pw"}))
+	var mu sync.Mutex
+	wanted := []string{"kit:anchor"}
+	changed := make(chan struct{}, 1)
+	ready := make(chan string, 2)
+	sub := &driver.Subscription{
+		Channels: func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return wanted
+		},
+		Changed: changed,
+		Ready:   func(ch string) { ready <- ch },
+		Deliver: func(string, string) {},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- pool.Subscribe(ctx, sub) }()
+	select {
+	case ch := <-ready:
+		if ch != "kit:anchor" {
+			t.Fatalf("Ready(%q), want kit:anchor", ch)
+		}
+	case err := <-done:
+		t.Fatalf("Subscribe returned before it was ready: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe not ready after 5s")
+	}
+	mu.Lock()
+	wanted = []string{"kit:anchor", "kit:forbidden"}
+	mu.Unlock()
+	changed <- struct{}{}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("Subscribe after a refused channel: %v, want the NOPERM error", err)
+		}
+	case ch := <-ready:
+		t.Errorf("Ready(%q) for a refused channel", ch)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe still running 5s after the server refused a channel")
 	}
 }
 

@@ -3,10 +3,14 @@ package goredis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/driver"
 )
 
 // pubsubPing is how often Subscribe checks an idle subscription. After this
@@ -17,31 +21,103 @@ import (
 var pubsubPing = 5 * time.Second
 
 // Subscribe implements driver.Subscriber on a go-redis PubSub, which holds
-// a connection of its own outside the client's pool.
+// a connection of its own outside the client's pool. The goroutine that
+// calls it receives, and pings after an idle interval; a second one sends
+// the changes of sub's channels (a PubSub lets one goroutine subscribe and
+// unsubscribe while another receives).
 //
 // A go-redis PubSub reconnects and resubscribes on its own after a broken
 // connection, and messages published meanwhile are lost. Subscribe does not
 // hide that: the first receive that fails for any reason but an idle
-// timeout ends it with that error, so that the caller knows it may have
-// missed a message.
-func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deliver func(payload string)) error {
+// timeout ends it with that error, and so does a SUBSCRIBE or UNSUBSCRIBE
+// that fails to go out, so that the caller knows it may have missed a
+// message.
+func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 	if err := p.unusable(); err != nil {
 		return err
 	}
-	ps := p.client.Subscribe(ctx) // no channel: PubSub.Subscribe reports the error
+	ps := p.client.Subscribe(ctx) // no channel: the first update subscribes, and reports an error
 	defer ps.Close()
 	stop := context.AfterFunc(ctx, func() { ps.Close() }) // ends a blocked receive
 	defer stop()
 
-	if err := ps.Subscribe(ctx, channel); err != nil {
+	// The UNSUBSCRIBEs sent and not yet confirmed, by channel: any other
+	// "unsubscribe" is the server's own, and ends the subscription.
+	var mu sync.Mutex
+	leaving := make(map[string]int)
+	have := make(map[string]bool)
+	update := func(ctx context.Context) error {
+		add, drop := sub.Diff(have)
+		if len(add) > 0 {
+			if err := ps.Subscribe(ctx, add...); err != nil {
+				return err
+			}
+		}
+		if len(drop) > 0 { // never none: PubSub.Unsubscribe() would drop them all
+			mu.Lock()
+			for _, ch := range drop {
+				leaving[ch]++
+			}
+			mu.Unlock()
+			if err := ps.Unsubscribe(ctx, drop...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	asked := func(channel string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if leaving[channel] == 0 {
+			return false
+		}
+		if leaving[channel]--; leaving[channel] == 0 {
+			delete(leaving, channel)
+		}
+		return true
+	}
+	if err := update(ctx); err != nil {
 		return endedOr(ctx, err)
 	}
+
+	// A send that fails has made the PubSub reconnect, which this one must
+	// not hide: the writer closes it, so that the receive fails too, and
+	// leaves its error in failed.
+	wctx, cancel := context.WithCancel(ctx)
+	failed := make(chan error, 1)
+	wrote := make(chan struct{})
+	defer func() {
+		cancel()
+		ps.Close() // ends a send blocked on the connection
+		<-wrote
+	}()
+	go func() {
+		defer close(wrote)
+		for {
+			select {
+			case <-sub.Changed:
+				if err := update(wctx); err != nil {
+					failed <- err
+					ps.Close()
+					return
+				}
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+
 	pinged := false
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, pubsubPing)
 		if err != nil {
 			if cerr := ended(ctx); cerr != nil {
 				return cerr
+			}
+			select {
+			case err := <-failed:
+				return err
+			default:
 			}
 			if pinged || !isTimeout(err) {
 				return err
@@ -55,10 +131,15 @@ func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deli
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
-			deliver(m.Payload)
+			sub.Deliver(m.Channel, m.Payload)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" && m.Channel == channel {
-				ready()
+			switch m.Kind {
+			case "subscribe":
+				sub.Ready(m.Channel)
+			case "unsubscribe":
+				if !asked(m.Channel) {
+					return endedOr(ctx, fmt.Errorf("goredis: the server ended the subscription to %s", m.Channel))
+				}
 			}
 		}
 	}

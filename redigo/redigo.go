@@ -7,6 +7,8 @@ package redigo
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -223,7 +225,10 @@ const pubsubPing = 15 * time.Second
 
 // Subscribe implements Subscriber on a connection dialled for it alone, not
 // borrowed from the pool, so that it never returns to the pool subscribed.
-func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deliver func(string)) error {
+// The goroutine that calls it reads; a second one writes: the changes of
+// sub's channels, and a PING every pubsubPing (redigo allows one writer
+// beside the one reader).
+func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 	if err := p.Valid(); err != nil {
 		return err
 	}
@@ -232,40 +237,86 @@ func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deli
 		return err
 	}
 	psc := redis.PubSubConn{Conn: conn}
+	// The writer below is gone before Subscribe returns: it reads sub.
+	// Deferred first, so that it runs after the connection is closed,
+	// which ends a write of the writer's that would block.
+	var writer sync.WaitGroup
+	defer writer.Wait()
 	stop := context.AfterFunc(ctx, func() { conn.Close() }) // ends a blocked Receive
 	defer func() {
 		if stop() {
 			conn.Close()
 		}
 	}()
-	if err := psc.Subscribe(channel); err != nil {
-		return err
+	// The UNSUBSCRIBEs sent and not yet confirmed, by channel: any other
+	// "unsubscribe" is the server's own, and ends the subscription.
+	var mu sync.Mutex
+	leaving := make(map[string]int)
+	have := make(map[string]bool)
+	update := func() error {
+		add, drop := sub.Diff(have)
+		if len(add) > 0 {
+			if err := psc.Subscribe(redis.Args{}.AddFlat(add)...); err != nil {
+				return err
+			}
+		}
+		if len(drop) > 0 {
+			mu.Lock()
+			for _, ch := range drop {
+				leaving[ch]++
+			}
+			mu.Unlock()
+			if err := psc.Unsubscribe(redis.Args{}.AddFlat(drop)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := update(); err != nil {
+		return ctxOr(ctx, err)
 	}
 	// Something arrives at least every pubsubPing: a message or a PONG.
-	// redigo allows one writer beside the one reader.
-	pinged := make(chan struct{})
-	defer close(pinged)
-	go func() {
+	wrote := make(chan struct{})
+	defer close(wrote)
+	writer.Go(func() {
 		ping := time.NewTicker(pubsubPing)
 		defer ping.Stop()
 		for {
+			var err error
 			select {
 			case <-ping.C:
-				if psc.Ping("") != nil {
-					return // the reader sees the broken connection
-				}
-			case <-pinged:
+				err = psc.Ping("")
+			case <-sub.Changed:
+				err = update()
+			case <-wrote:
+				return
+			}
+			if err != nil {
+				conn.Close() // the reader sees the broken connection
 				return
 			}
 		}
-	}()
+	})
 	for {
 		switch m := psc.ReceiveWithTimeout(2 * pubsubPing).(type) {
 		case redis.Message:
-			deliver(string(m.Data))
+			sub.Deliver(m.Channel, string(m.Data))
 		case redis.Subscription:
-			if m.Kind == "subscribe" && m.Channel == channel {
-				ready()
+			switch m.Kind {
+			case "subscribe":
+				sub.Ready(m.Channel)
+			case "unsubscribe":
+				mu.Lock()
+				asked := leaving[m.Channel] > 0
+				if asked {
+					if leaving[m.Channel]--; leaving[m.Channel] == 0 {
+						delete(leaving, m.Channel)
+					}
+				}
+				mu.Unlock()
+				if !asked {
+					return ctxOr(ctx, fmt.Errorf("redlock/redigo: the server ended the subscription to %s", m.Channel))
+				}
 			}
 		case error:
 			return ctxOr(ctx, m)

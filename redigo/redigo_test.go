@@ -154,7 +154,12 @@ func TestSubscribeHungDialEndsWithContext(t *testing.T) {
 	p := &redigo.Pool{Pool: own, Addr: ln.Addr().String()}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.Subscribe(ctx, "hung", func() {}, func(string) {}) }()
+	sub := &driver.Subscription{
+		Channels: func() []string { return []string{"hung"} },
+		Ready:    func(string) { t.Error("Ready without a connection") },
+		Deliver:  func(string, string) {},
+	}
+	go func() { done <- p.Subscribe(ctx, sub) }()
 	select {
 	case <-dialed:
 	case <-time.After(5 * time.Second):

@@ -42,8 +42,14 @@
 //     user allowed only what the library sends; with each, a waiting Lock
 //     is woken by release notices (a driver.Subscriber's).
 //   - Names: node errors carry the node's address (driver.Namer).
-//   - Subscribe: messages published on a channel reach a subscriber
-//     (driver.Subscriber).
+//   - Subscribe: a driver.Subscriber follows its channels as they change:
+//     Ready confirms the first ones and each one added, messages arrive
+//     with their channel, a dropped channel delivers nothing once the
+//     server took the drop, and a drop then a quick re-add is confirmed
+//     again (on a standalone master, and with Adapter.DialCluster on a
+//     Redis Cluster); the subscription ends with its ctx, and with an
+//     error when the server stops or ends a subscription on its own (a
+//     stand-in server does that).
 //   - Cluster (with Adapter.DialCluster): three members, each a 3-primary
 //     Redis Cluster; plain and fenced locks work, and killing a primary in
 //     one member loses no lock.
@@ -59,6 +65,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -594,8 +601,10 @@ func (k *kit) tls(t *testing.T) {
 }
 
 // aclRules allow only what the library sends, plus the connection commands
-// drivers send when they connect (HELLO, CLIENT, AUTH...).
-var aclRules = []string{"~*", "&*", "+@connection", "+set", "+get", "+del", "+pexpire", "+eval", "+evalsha", "+publish", "+subscribe", "+unsubscribe"}
+// drivers send when they connect (HELLO, CLIENT, AUTH...), and only the
+// release channels, "redlock:released:" and the key after it (the
+// subscriptions' anchor is the prefix alone, which the pattern matches).
+var aclRules = []string{"~*", "&redlock:released:*", "+@connection", "+set", "+get", "+del", "+pexpire", "+eval", "+evalsha", "+publish", "+subscribe", "+unsubscribe"}
 
 func (k *kit) acl(t *testing.T) {
 	args := append([]string{"--user", "default", "off", "--user", "locker", "on", ">lockpw"}, aclRules...)
@@ -690,8 +699,8 @@ func wakes(t *testing.T, pools []redlock.Pool, key string, rcs []redis.Conn) {
 	defer tick.Stop()
 	for deadline := time.After(10 * time.Second); ; {
 		for _, rc := range rcs {
-			// The release channel of a Client without WithKeyPrefix.
-			if _, err := rc.Do("PUBLISH", "redlock:released", key); err != nil {
+			// The key's release channel, for a Client without WithKeyPrefix.
+			if _, err := rc.Do("PUBLISH", "redlock:released:"+key, key); err != nil {
 				t.Fatalf("PUBLISH: %v", err)
 			}
 		}
@@ -735,60 +744,133 @@ func (k *kit) names(t *testing.T) {
 	}
 }
 
+// subscribe checks a driver.Subscriber against what the core needs of it:
+// a subscription whose channels change while it runs, each confirmation
+// reported by Ready, each message by Deliver with its channel, and an end
+// that the caller hears of.
 func (k *kit) subscribe(t *testing.T) {
-	s := start(t, 1)[0]
-	pool := k.a.Dial(t, Server{Addr: s.Addr})
+	t.Run("Channels", func(t *testing.T) {
+		s := start(t, 1)[0]
+		sub := subscriber(t, k.a.Dial(t, Server{Addr: s.Addr}))
+		subscribeChannels(t, sub, []redis.Conn{conn(t, s.Addr)})
+	})
+	t.Run("ClusterChannels", func(t *testing.T) {
+		if k.a.DialCluster == nil {
+			t.Skip("Adapter.DialCluster is not set: the adapter does not support Redis Cluster members")
+		}
+		requireRedis(t, true)
+		rc := redistest.StartRedisCluster(t, 3)
+		var seeds []Server
+		var nodes []redis.Conn
+		for _, addr := range rc.Addrs() {
+			seeds = append(seeds, Server{Addr: addr})
+			nodes = append(nodes, conn(t, addr))
+		}
+		subscribeChannels(t, subscriber(t, k.a.DialCluster(t, seeds)), nodes)
+	})
+	t.Run("ServerStops", k.subscribeServerStops)
+	t.Run("ServerUnsubscribes", k.subscribeServerUnsubscribes)
+}
+
+// subscriber returns pool as a driver.Subscriber, or skips t if it is none.
+func subscriber(t *testing.T, pool redlock.Pool) driver.Subscriber {
+	t.Helper()
 	sub, ok := pool.(driver.Subscriber)
 	if !ok {
 		t.Skipf("%T does not implement driver.Subscriber: waiters cannot be woken on release", pool)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	got := make(chan string, 10)
-	done := make(chan error, 1)
-	go func() {
-		done <- sub.Subscribe(ctx, "kit:channel", func() { close(ready) }, func(p string) { got <- p })
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Subscribe returned before it was ready: %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Subscribe not ready after 5s")
-	}
-	rc := conn(t, s.Addr)
-	for _, msg := range []string{"one", "two"} {
-		if _, err := rc.Do("PUBLISH", "kit:channel", msg); err != nil {
-			t.Fatal(err)
+	return sub
+}
+
+// subscribeChannels: the anchor channel and channels added while the
+// subscription runs are confirmed by Ready and deliver their messages; a
+// dropped channel delivers nothing once the server has taken the drop; a
+// drop and a quick re-add keep the subscription running and confirm the
+// channel again; the subscription ends with its ctx. nodes reach every
+// server that sub's connection may be on (the nodes of a Redis Cluster,
+// which forwards each PUBLISH to all of them); the kit publishes through
+// the first.
+func subscribeChannels(t *testing.T, sub driver.Subscriber, nodes []redis.Conn) {
+	publish := func(channel, payload string) {
+		t.Helper()
+		if _, err := nodes[0].Do("PUBLISH", channel, payload); err != nil {
+			t.Fatalf("PUBLISH %s: %v", channel, err)
 		}
-		select {
-		case p := <-got:
-			if p != msg {
-				t.Errorf("got %q, want %q", p, msg)
+	}
+	// subscribers counts the connections subscribed to channel on every node.
+	subscribers := func(channel string) int64 {
+		var sum int64
+		for _, n := range nodes {
+			v, err := redis.Values(n.Do("PUBSUB", "NUMSUB", channel))
+			if err != nil || len(v) != 2 {
+				t.Fatalf("PUBSUB NUMSUB %s: %v %v", channel, v, err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("message %q not delivered after 5s", msg)
+			sum += v[1].(int64)
 		}
+		return sum
 	}
+	const anchor, a, b, c = "kit:anchor", "kit:a", "kit:b", "kit:c"
+
+	p := newProbe(anchor)
+	defer p.check(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := p.run(ctx, sub)
+	p.expectReady(t, done, anchor)
+	publish(anchor, "one")
+	p.expectMessage(t, done, anchor, "one")
+
+	// Added while running: confirmed, then delivered, with its channel.
+	p.set(anchor, a)
+	p.expectReady(t, done, a)
+	publish(a, "two")
+	p.expectMessage(t, done, a, "two")
+
+	// Two added in one change: each confirmed on its own.
+	p.set(anchor, a, b, c)
+	p.expectReady(t, done, b, c)
+
+	// Dropped: once the server has taken the drop, a message on the
+	// channel is not delivered, and one on a channel still wanted is.
+	p.set(anchor, b, c)
+	eventually(t, "the server unsubscribed the connection from "+a, func() bool { return subscribers(a) == 0 })
+	publish(a, "dropped")
+	publish(b, "three")
+	p.expectMessage(t, done, b, "three")
+
+	// Dropped and added again the moment the Subscriber has read the drop:
+	// its UNSUBSCRIBE's confirmation comes after the re-add, and must not
+	// end the subscription; the new SUBSCRIBE is confirmed again.
+	p.setThen([]string{anchor, c}, []string{anchor, b, c})
+	p.expectReady(t, done, b)
+	publish(b, "four")
+	p.expectMessage(t, done, b, "four")
+	publish(anchor, "five")
+	p.expectMessage(t, done, anchor, "five")
+
 	cancel()
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Subscribe after its ctx ended: %v, want nil or context.Canceled", err)
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Subscribe still running 5s after its context ended")
 	}
+	time.Sleep(50 * time.Millisecond) // a late Ready or Deliver would show in check
+}
 
-	// A subscription to a server that goes away ends with an error.
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	defer cancel2()
-	ready2 := make(chan struct{})
-	go func() {
-		done <- sub.Subscribe(ctx2, "kit:channel", func() { close(ready2) }, func(string) {})
-	}()
-	select {
-	case <-ready2:
-	case <-time.After(5 * time.Second):
-		t.Fatal("second Subscribe not ready after 5s")
-	}
+// subscribeServerStops: a subscription to a server that goes away ends
+// with an error.
+func (k *kit) subscribeServerStops(t *testing.T) {
+	s := start(t, 1)[0]
+	sub := subscriber(t, k.a.Dial(t, Server{Addr: s.Addr}))
+	p := newProbe("kit:anchor", "kit:a")
+	defer p.check(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := p.run(ctx, sub)
+	p.expectReady(t, done, "kit:anchor", "kit:a")
 	s.Stop()
 	select {
 	case err := <-done:
@@ -797,6 +879,198 @@ func (k *kit) subscribe(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Subscribe still running 10s after its server stopped")
+	}
+}
+
+// subscribeServerUnsubscribes: an "unsubscribe" that the server sends on
+// its own, for a channel still wanted, ends the subscription with an error:
+// the channel's messages no longer arrive. A stand-in server sends it
+// (pubsubServer).
+func (k *kit) subscribeServerUnsubscribes(t *testing.T) {
+	f := startPubsub(t)
+	sub := subscriber(t, k.a.Dial(t, Server{Addr: f.addr()}))
+	p := newProbe("kit:anchor", "kit:a")
+	defer p.check(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := p.run(ctx, sub)
+	p.expectReady(t, done, "kit:anchor", "kit:a")
+	f.publish("kit:a", "one")
+	p.expectMessage(t, done, "kit:a", "one")
+
+	// A channel the Subscriber drops itself does not end it.
+	p.set("kit:anchor")
+	eventually(t, "the stand-in unsubscribed the connection from kit:a", func() bool { return !f.subscribed("kit:a") })
+	f.publish("kit:anchor", "two")
+	p.expectMessage(t, done, "kit:anchor", "two")
+
+	f.kick("kit:anchor")
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Subscribe returned nil after the server ended its subscription")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe still running 5s after the server ended its subscription on its own")
+	}
+}
+
+// A probe is the core's side of a driver.Subscription, as the kit plays
+// it: it sets the channels wanted and signals each change, and records
+// what the Subscriber reports, checking that Ready and Deliver never
+// overlap and never come after Subscribe returned.
+type probe struct {
+	sub     driver.Subscription
+	changed chan struct{} // sub.Changed
+	events  chan probeEvent
+
+	mu      sync.Mutex
+	want    []string
+	then    []string // if set, the channels wanted once Channels was read
+	faults  []string // broken rules, reported by check
+	calls   atomic.Int32
+	stopped atomic.Bool // Subscribe returned
+}
+
+// A probeEvent is one call of Ready (ready set, no payload) or Deliver.
+type probeEvent struct {
+	ready            bool
+	channel, payload string
+}
+
+func (e probeEvent) String() string {
+	if e.ready {
+		return fmt.Sprintf("Ready(%q)", e.channel)
+	}
+	return fmt.Sprintf("Deliver(%q, %q)", e.channel, e.payload)
+}
+
+func newProbe(channels ...string) *probe {
+	p := &probe{events: make(chan probeEvent, 256), changed: make(chan struct{}, 1), want: channels}
+	p.sub = driver.Subscription{
+		Channels: func() []string {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			now := slices.Clone(p.want)
+			if p.then != nil {
+				p.want, p.then = p.then, nil
+				p.signal()
+			}
+			return now
+		},
+		Changed: p.changed,
+		Ready:   func(channel string) { p.record(probeEvent{ready: true, channel: channel}) },
+		Deliver: func(channel, payload string) { p.record(probeEvent{channel: channel, payload: payload}) },
+	}
+	return p
+}
+
+// record checks the rules for a Ready or Deliver call and queues e.
+func (p *probe) record(e probeEvent) {
+	if p.calls.Add(1) != 1 {
+		p.fault(e.String() + " ran while another Ready or Deliver ran")
+	}
+	defer p.calls.Add(-1)
+	if p.stopped.Load() {
+		p.fault(e.String() + " came after Subscribe returned")
+	}
+	select {
+	case p.events <- e:
+	default:
+		p.fault(e.String() + ": too many events unread")
+	}
+}
+
+func (p *probe) fault(msg string) {
+	p.mu.Lock()
+	p.faults = append(p.faults, msg)
+	p.mu.Unlock()
+}
+
+// check reports the rules broken so far.
+func (p *probe) check(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.faults {
+		t.Error(f)
+	}
+}
+
+// run starts Subscribe on a goroutine and returns its result.
+func (p *probe) run(ctx context.Context, s driver.Subscriber) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		err := s.Subscribe(ctx, &p.sub)
+		p.stopped.Store(true)
+		done <- err
+	}()
+	return done
+}
+
+// set makes channels the ones wanted, and signals the change.
+func (p *probe) set(channels ...string) {
+	p.mu.Lock()
+	p.want = channels
+	p.mu.Unlock()
+	p.signal()
+}
+
+// signal tells the Subscriber that the channels changed.
+func (p *probe) signal() {
+	select {
+	case p.changed <- struct{}{}:
+	default: // a change already pending covers this one
+	}
+}
+
+// setThen makes channels the ones wanted, and then, as soon as the
+// Subscriber has read them, makes next the ones wanted.
+func (p *probe) setThen(channels, next []string) {
+	p.mu.Lock()
+	p.then = next
+	p.mu.Unlock()
+	p.set(channels...)
+}
+
+// next returns the next event, failing t if none comes within 5 seconds or
+// Subscribe returns first.
+func (p *probe) next(t *testing.T, done <-chan error, want string) probeEvent {
+	t.Helper()
+	select {
+	case e := <-p.events:
+		return e
+	case err := <-done:
+		t.Fatalf("Subscribe returned %v while waiting for %s", err, want)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no %s after 5s", want)
+	}
+	panic("unreachable")
+}
+
+// expectReady waits for Ready with each of channels, in any order, and
+// fails t on any other event.
+func (p *probe) expectReady(t *testing.T, done <-chan error, channels ...string) {
+	t.Helper()
+	left := slices.Clone(channels)
+	for len(left) > 0 {
+		want := fmt.Sprintf("Ready for %q", left)
+		e := p.next(t, done, want)
+		i := slices.Index(left, e.channel)
+		if !e.ready || i < 0 {
+			t.Fatalf("got %v, want %s", e, want)
+		}
+		left = slices.Delete(left, i, i+1)
+	}
+}
+
+// expectMessage waits for the next event, which must be the delivery of
+// payload on channel.
+func (p *probe) expectMessage(t *testing.T, done <-chan error, channel, payload string) {
+	t.Helper()
+	want := probeEvent{channel: channel, payload: payload}
+	if e := p.next(t, done, want.String()); e != want {
+		t.Fatalf("got %v, want %v", e, want)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/quorumlock/redlock/driver"
 	"github.com/redis/rueidis"
@@ -13,13 +15,25 @@ import (
 // from the client's pool of dedicated connections (Client.Dedicate) and
 // closed on return, so that it never goes back to the pool subscribed.
 //
-// The subscription is confirmed when the SUBSCRIBE command returns: rueidis
-// completes it with the server's "subscribe" reply, and only then does
-// Subscribe call ready. Messages reach deliver through the connection's
-// PubSubHooks, in order. The connection's end is reported on the hooks'
-// error channel: a server that goes away (EOF, connection reset), or one
-// that stops answering, which rueidis finds by its background PING within
+// rueidis runs the connection's PubSubHooks on its reader goroutine, which
+// also completes each command sent on the connection. The hooks hand every
+// event, in the order the server sent them, to the goroutine that called
+// Subscribe, which calls sub.Ready and sub.Deliver; a second goroutine
+// sends SUBSCRIBE and UNSUBSCRIBE as sub's channels change. A Do sent from
+// the goroutine that takes the hooks' events would wait for a reply that
+// the reader goroutine cannot read while it waits to hand over an event.
+//
+// Ready follows the server's "subscribe" confirmation of each channel, as
+// the OnSubscription hook reports it, and not the SUBSCRIBE command's
+// return: rueidis completes a SUBSCRIBE of several channels with the
+// first confirmation. The connection's end is reported on the hooks' error
+// channel: a server that goes away (EOF, connection reset), or one that
+// stops answering, which rueidis finds by its background PING within
 // ClientOption.ConnWriteTimeout (10 seconds by default).
+//
+// SUBSCRIBE and UNSUBSCRIBE name no key, so a Cluster client's dedicated
+// connection sends them to the one node it picks first, and the cluster
+// forwards every PUBLISH to it.
 //
 // A standalone or Sentinel client dials a dedicated connection without a
 // context, bounded by ClientOption.Dialer.Timeout (5 seconds by default);
@@ -30,7 +44,7 @@ import (
 // connection outlives Client.Close until ctx ends. A redlock.Client ends
 // its subscriptions in its own Close, so close it before the rueidis
 // client.
-func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deliver func(string)) error {
+func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 	if p.Client == nil {
 		return errNoClient
 	}
@@ -38,53 +52,99 @@ func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deli
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
 
-	msgs := make(chan string)
-	unsubscribed := make(chan struct{})
+	events := make(chan pubsubEvent)
 	stop := make(chan struct{})
-	defer close(stop) // before conn.Close: frees a hook blocked on msgs
+	hand := func(e pubsubEvent) {
+		select {
+		case events <- e:
+		case <-stop:
+		}
+	}
 	ended := conn.SetPubSubHooks(rueidis.PubSubHooks{
-		// The hooks run on the connection's reader goroutine; they hand
-		// each event to this one, which calls ready and deliver.
 		OnMessage: func(m rueidis.PubSubMessage) {
-			if m.Channel != channel {
-				return
-			}
-			select {
-			case msgs <- m.Message:
-			case <-stop:
-			}
+			hand(pubsubEvent{kind: "message", channel: m.Channel, payload: m.Message})
 		},
 		OnSubscription: func(s rueidis.PubSubSubscription) {
-			if s.Kind == "unsubscribe" && s.Channel == channel {
-				select {
-				case unsubscribed <- struct{}{}:
-				case <-stop:
-				}
-			}
+			hand(pubsubEvent{kind: s.Kind, channel: s.Channel})
 		},
 	})
 
-	// SUBSCRIBE returns once the server has confirmed it; its reply holds
-	// nothing else, and only an error is read from it. A message published
-	// after the confirmation waits in OnMessage until the loop takes it.
-	if res := conn.Do(ctx, conn.B().Subscribe().Channel(channel).Build()); res.Error() != nil {
-		var r driver.Reply
-		if err := storeReply(&r, res); err != nil {
-			return ctxOr(ctx, err)
+	// The UNSUBSCRIBEs sent and not yet confirmed, by channel: any other
+	// "unsubscribe" is the server's own, and ends the subscription.
+	var mu sync.Mutex
+	leaving := make(map[string]int)
+	have := make(map[string]bool)
+	update := func(ctx context.Context) error {
+		add, drop := sub.Diff(have)
+		if len(add) > 0 {
+			if err := send(ctx, conn, "SUBSCRIBE", conn.B().Subscribe().Channel(add...).Build(), add); err != nil {
+				return err
+			}
 		}
-		if r.Err != nil { // NOPERM, say
-			return fmt.Errorf("redlock/rueidis: SUBSCRIBE %s: %w", channel, r.Err)
+		if len(drop) > 0 { // never none: UNSUBSCRIBE alone would drop them all
+			mu.Lock()
+			for _, ch := range drop {
+				leaving[ch]++
+			}
+			mu.Unlock()
+			if err := send(ctx, conn, "UNSUBSCRIBE", conn.B().Unsubscribe().Channel(drop...).Build(), drop); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	ready()
+	asked := func(channel string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if leaving[channel] == 0 {
+			return false
+		}
+		if leaving[channel]--; leaving[channel] == 0 {
+			delete(leaving, channel)
+		}
+		return true
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	failed := make(chan error, 1)
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		for {
+			if err := update(wctx); err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case <-sub.Changed:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		close(stop)  // frees a hook waiting to hand over an event
+		conn.Close() // ends a Do waiting for its reply
+		<-wrote
+	}()
+
 	for {
 		select {
-		case payload := <-msgs:
-			deliver(payload)
-		case <-unsubscribed:
-			return ctxOr(ctx, errUnsubscribed)
+		case e := <-events:
+			switch e.kind {
+			case "message":
+				sub.Deliver(e.channel, e.payload)
+			case "subscribe":
+				sub.Ready(e.channel)
+			case "unsubscribe":
+				if !asked(e.channel) {
+					return ctxOr(ctx, fmt.Errorf("%w to %s", errUnsubscribed, e.channel))
+				}
+			}
+		case err := <-failed:
+			return ctxOr(ctx, err)
 		case err, ok := <-ended:
 			if !ok || err == nil {
 				err = errConnClosed
@@ -94,6 +154,31 @@ func (p *Pool) Subscribe(ctx context.Context, channel string, ready func(), deli
 			return ctx.Err()
 		}
 	}
+}
+
+// A pubsubEvent is what a PubSubHook hands to Subscribe's goroutine: a
+// message, or the server's confirmation of a subscription's start or end
+// (kind "subscribe" or "unsubscribe").
+type pubsubEvent struct {
+	kind, channel, payload string
+}
+
+// send sends SUBSCRIBE or UNSUBSCRIBE for channels and waits for rueidis
+// to complete it. An error reply (NOPERM, say) comes back as a
+// driver.ReplyError, named by the command.
+func send(ctx context.Context, conn rueidis.DedicatedClient, name string, cmd rueidis.Completed, channels []string) error {
+	res := conn.Do(ctx, cmd)
+	if res.Error() == nil {
+		return nil
+	}
+	var r driver.Reply
+	if err := storeReply(&r, res); err != nil {
+		return err
+	}
+	if r.Err != nil {
+		return fmt.Errorf("redlock/rueidis: %s %s: %w", name, strings.Join(channels, " "), r.Err)
+	}
+	return nil
 }
 
 var (

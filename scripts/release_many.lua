@@ -2,12 +2,13 @@
 -- done for each KEYS[i] with token ARGV[i], in order. The pipe sends it in
 -- place of the release scripts of one batch (pipe.go, "Combined releases"):
 -- a server runs one script of n keys for much less than n scripts.
--- ARGV[#KEYS+1] is the channel on which each deleted key is announced (""
--- for none), as ARGV[2] is for release.lua.
+-- ARGV[#KEYS+1] is the prefix of the channel on which each deleted key is
+-- announced, its own (ARGV[#KEYS+1]..KEYS[i]; "" for none), as ARGV[2] is for
+-- release.lua.
 -- Returns an array with, for each key in order: 1 if deleted, 0 if not, or
 -- the error of its GET or DEL (a key of another type, a read-only replica),
 -- so that one key's failure is that key's alone.
-local channel = ARGV[#KEYS + 1]
+local prefix = ARGV[#KEYS + 1]
 local out = {}
 for i = 1, #KEYS do
 	local v = redis.pcall("GET", KEYS[i])
@@ -16,8 +17,8 @@ for i = 1, #KEYS do
 		if type(d) == "table" then
 			out[i] = d
 		else
-			if channel ~= "" then
-				redis.pcall("PUBLISH", channel, KEYS[i])
+			if prefix ~= "" then
+				redis.pcall("PUBLISH", prefix .. KEYS[i], KEYS[i])
 			end
 			out[i] = 1
 		end

@@ -2,13 +2,14 @@
 -- caller's token, and then tell waiting writers that a reader left this
 -- node (wake.go; a hint, under pcall as in release.lua). An expired token
 -- counts as gone, not as released.
--- KEYS[1] readers set; ARGV[1] token; ARGV[2] channel ("" sends no notice).
+-- KEYS[1] readers set; ARGV[1] token; ARGV[2] the release
+-- channels' prefix ("" sends no notice; see release.lua).
 -- Returns 1 if the token was a live member and was removed, 0 otherwise.
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", "(" .. now)
 local removed = redis.call("ZREM", KEYS[1], ARGV[1])
 if removed == 1 and ARGV[2] ~= nil and ARGV[2] ~= "" then
-	redis.pcall("PUBLISH", ARGV[2], KEYS[1])
+	redis.pcall("PUBLISH", ARGV[2] .. KEYS[1], KEYS[1])
 end
 return removed

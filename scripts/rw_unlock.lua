@@ -9,7 +9,8 @@
 -- maxmemory, and with it the rest: a release always goes through.
 --
 -- KEYS[1] writer key, KEYS[2] waiting readers, KEYS[3] entitled readers;
--- ARGV[1] token, ARGV[2] channel ("" sends no notice).
+-- ARGV[1] token, ARGV[2] the release channels' prefix ("" sends no notice;
+-- see release.lua).
 -- Returns 1 if deleted, 0 otherwise.
 if redis.call("GET", KEYS[1]) ~= ARGV[1] then
 	return 0
@@ -31,6 +32,6 @@ if latest > 0 and redis.call("PTTL", KEYS[3]) < latest - now + 1 then
 	redis.call("PEXPIRE", KEYS[3], latest - now + 1)
 end
 if ARGV[2] ~= "" then
-	redis.pcall("PUBLISH", ARGV[2], KEYS[1])
+	redis.pcall("PUBLISH", ARGV[2] .. KEYS[1], KEYS[1])
 end
 return 1

@@ -408,14 +408,11 @@ func TestClusterClient(t *testing.T) {
 	// every node.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan struct{})
-	got := make(chan string, 1)
+	sub := newSubscription("kit:cluster:ch")
 	done := make(chan error, 1)
-	go func() {
-		done <- p.(driver.Subscriber).Subscribe(ctx, "kit:cluster:ch", func() { close(ready) }, func(m string) { got <- m })
-	}()
+	go func() { done <- p.(driver.Subscriber).Subscribe(ctx, &sub.Subscription) }()
 	select {
-	case <-ready:
+	case <-sub.ready:
 	case err := <-done:
 		t.Fatalf("Subscribe on a cluster client: %v", err)
 	case <-time.After(5 * time.Second):
@@ -424,9 +421,9 @@ func TestClusterClient(t *testing.T) {
 	for _, addr := range rc.Addrs() { // from each node in turn
 		exec(t, dial(t, redlocktest.Server{Addr: addr}), cmd("PUBLISH", "kit:cluster:ch", addr))
 		select {
-		case m := <-got:
-			if m != addr {
-				t.Errorf("got %q, want %q", m, addr)
+		case m := <-sub.got:
+			if m != [2]string{"kit:cluster:ch", addr} {
+				t.Errorf("got %q, want %q on kit:cluster:ch", m, addr)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatalf("message published on %s not delivered after 5s", addr)
@@ -448,7 +445,7 @@ func TestNilClient(t *testing.T) {
 	if err := p.Exec(context.Background(), []driver.Command{{Name: "PING"}}, make([]driver.Reply, 1)); err == nil {
 		t.Error("Exec without a client succeeded")
 	}
-	if err := p.Subscribe(context.Background(), "c", func() {}, func(string) {}); err == nil {
+	if err := p.Subscribe(context.Background(), &newSubscription("c").Subscription); err == nil {
 		t.Error("Subscribe without a client succeeded")
 	}
 	if p.SingleServer() {
