@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // A Pool is the port to one independent Redis master. Implementations must
@@ -159,7 +160,9 @@ type Subscriber interface {
 type Subscription struct {
 	// Channels returns the channels wanted now. The set is never empty: its
 	// first channel stays while Subscribe runs, so that the connection
-	// never leaves pub/sub mode.
+	// never leaves pub/sub mode. Each call tells the core that the
+	// connection now follows the set returned (it unsubscribes from the
+	// channels left out): call it only to apply the set, as Diff does.
 	Channels func() []string
 	// Changed receives a value each time Channels may have changed (a
 	// pending change is kept, not queued).
@@ -194,6 +197,47 @@ func (s *Subscription) Diff(have map[string]bool) (add, drop []string) {
 	}
 	slices.Sort(drop)
 	return add, drop
+}
+
+// Unsubscribes counts, by channel, the UNSUBSCRIBEs a Subscriber has sent
+// that the server has not confirmed yet, so that it can tell the
+// confirmation of its own drop from a subscription the server ended. The
+// zero value is ready; it is safe for concurrent use (a writer sends, a
+// reader confirms).
+type Unsubscribes struct {
+	mu      sync.Mutex
+	pending map[string]int
+}
+
+// Sending records UNSUBSCRIBEs of channels; call it before sending them,
+// so that no confirmation can come first.
+func (u *Unsubscribes) Sending(channels []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.pending == nil {
+		u.pending = make(map[string]int)
+	}
+	for _, ch := range channels {
+		u.pending[ch]++
+	}
+}
+
+// Confirmed counts off the server's "unsubscribe" reply for channel and
+// reports whether it answered one that was sent. false means the server
+// ended the subscription itself.
+func (u *Unsubscribes) Confirmed(channel string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := u.pending[channel]
+	switch {
+	case n == 0:
+		return false
+	case n == 1:
+		delete(u.pending, channel)
+	default:
+		u.pending[channel] = n - 1
+	}
+	return true
 }
 
 // A DeadlineHonorer is a Pool that can promise to keep its context's

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,10 +40,9 @@ func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 	stop := context.AfterFunc(ctx, func() { ps.Close() }) // ends a blocked receive
 	defer stop()
 
-	// The UNSUBSCRIBEs sent and not yet confirmed, by channel: any other
-	// "unsubscribe" is the server's own, and ends the subscription.
-	var mu sync.Mutex
-	leaving := make(map[string]int)
+	// Any "unsubscribe" but the replies to those sent is the server's own,
+	// and ends the subscription.
+	var leaving driver.Unsubscribes
 	have := make(map[string]bool)
 	update := func(ctx context.Context) error {
 		add, drop := sub.Diff(have)
@@ -54,27 +52,12 @@ func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 			}
 		}
 		if len(drop) > 0 { // never none: PubSub.Unsubscribe() would drop them all
-			mu.Lock()
-			for _, ch := range drop {
-				leaving[ch]++
-			}
-			mu.Unlock()
+			leaving.Sending(drop)
 			if err := ps.Unsubscribe(ctx, drop...); err != nil {
 				return err
 			}
 		}
 		return nil
-	}
-	asked := func(channel string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if leaving[channel] == 0 {
-			return false
-		}
-		if leaving[channel]--; leaving[channel] == 0 {
-			delete(leaving, channel)
-		}
-		return true
 	}
 	if err := update(ctx); err != nil {
 		return endedOr(ctx, err)
@@ -137,7 +120,7 @@ func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 			case "subscribe":
 				sub.Ready(m.Channel)
 			case "unsubscribe":
-				if !asked(m.Channel) {
+				if !leaving.Confirmed(m.Channel) {
 					return endedOr(ctx, fmt.Errorf("goredis: the server ended the subscription to %s", m.Channel))
 				}
 			}

@@ -248,10 +248,9 @@ func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 			conn.Close()
 		}
 	}()
-	// The UNSUBSCRIBEs sent and not yet confirmed, by channel: any other
-	// "unsubscribe" is the server's own, and ends the subscription.
-	var mu sync.Mutex
-	leaving := make(map[string]int)
+	// Any "unsubscribe" but the replies to those sent is the server's own,
+	// and ends the subscription.
+	var leaving driver.Unsubscribes
 	have := make(map[string]bool)
 	update := func() error {
 		add, drop := sub.Diff(have)
@@ -261,11 +260,7 @@ func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 			}
 		}
 		if len(drop) > 0 {
-			mu.Lock()
-			for _, ch := range drop {
-				leaving[ch]++
-			}
-			mu.Unlock()
+			leaving.Sending(drop)
 			if err := psc.Unsubscribe(redis.Args{}.AddFlat(drop)...); err != nil {
 				return err
 			}
@@ -306,15 +301,7 @@ func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 			case "subscribe":
 				sub.Ready(m.Channel)
 			case "unsubscribe":
-				mu.Lock()
-				asked := leaving[m.Channel] > 0
-				if asked {
-					if leaving[m.Channel]--; leaving[m.Channel] == 0 {
-						delete(leaving, m.Channel)
-					}
-				}
-				mu.Unlock()
-				if !asked {
+				if !leaving.Confirmed(m.Channel) {
 					return ctxOr(ctx, fmt.Errorf("redlock/redigo: the server ended the subscription to %s", m.Channel))
 				}
 			}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/quorumlock/redlock/driver"
 	"github.com/redis/rueidis"
@@ -70,10 +69,9 @@ func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 		},
 	})
 
-	// The UNSUBSCRIBEs sent and not yet confirmed, by channel: any other
-	// "unsubscribe" is the server's own, and ends the subscription.
-	var mu sync.Mutex
-	leaving := make(map[string]int)
+	// Any "unsubscribe" but the replies to those sent is the server's own,
+	// and ends the subscription.
+	var leaving driver.Unsubscribes
 	have := make(map[string]bool)
 	update := func(ctx context.Context) error {
 		add, drop := sub.Diff(have)
@@ -83,27 +81,12 @@ func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 			}
 		}
 		if len(drop) > 0 { // never none: UNSUBSCRIBE alone would drop them all
-			mu.Lock()
-			for _, ch := range drop {
-				leaving[ch]++
-			}
-			mu.Unlock()
+			leaving.Sending(drop)
 			if err := send(ctx, conn, "UNSUBSCRIBE", conn.B().Unsubscribe().Channel(drop...).Build(), drop); err != nil {
 				return err
 			}
 		}
 		return nil
-	}
-	asked := func(channel string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if leaving[channel] == 0 {
-			return false
-		}
-		if leaving[channel]--; leaving[channel] == 0 {
-			delete(leaving, channel)
-		}
-		return true
 	}
 
 	wctx, cancel := context.WithCancel(ctx)
@@ -139,7 +122,7 @@ func (p *Pool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 			case "subscribe":
 				sub.Ready(e.channel)
 			case "unsubscribe":
-				if !asked(e.channel) {
+				if !leaving.Confirmed(e.channel) {
 					return ctxOr(ctx, fmt.Errorf("%w to %s", errUnsubscribed, e.channel))
 				}
 			}
