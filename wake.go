@@ -31,8 +31,9 @@ import (
 // channel is added when its first waiter registers and dropped when its
 // last one leaves, on the node's one connection, which stays open while
 // anyone waits (and wakeLinger after). So a Client hears only the releases
-// of keys it waits for, and not its own releases of a key it holds: the
-// waiter that won a key has dropped its channel before its Unlock. With a
+// of keys it waits for, and not its own releases of a key it holds unless
+// another of its Locks waits for the key: the waiter that won a key has
+// dropped its channel before its Unlock. With a
 // single channel for every key, each Client heard every release of every
 // Client, its own included: a lone waiter's hand-over took about a seventh
 // longer for the notices of its rival's own releases that it read at that
@@ -45,10 +46,13 @@ import (
 // that node's announcement (confirmed): the confirmations may wake the
 // key's acquisitions, whose woken attempt then finds the key free or still
 // held. The same covers a connection opened again after a failure, whose
-// confirmations stand for the notices lost while it was down. It costs a
-// waiting Lock one woken attempt when its key's subscription begins, none
-// when a waiter of the same Client already had it open. That attempt, a
-// probe (arm reports it), is not a contender's move: the nodes it holds
+// confirmations stand for the notices lost while it was down. A waiter
+// that registers while its Client already hears the key gets no
+// confirmation, and counts the nodes that have confirmed instead
+// (register). It costs a waiting Lock one woken attempt when it begins to
+// wait, whether its key's subscription begins then or is already there.
+// That attempt, a probe (arm reports it), is not a contender's move: the
+// nodes it holds
 // are usually those its own failed attempt had just let go, so losing
 // does not count as a split vote, and it neither counts toward nor sets
 // the cap on woken attempts, so that the release it looks for, which may
@@ -174,13 +178,14 @@ type waker struct {
 	idle     *time.Timer          // stops them once no one waits
 	closed   bool
 
+	gens []uint64      // each node's subscription run, counted by start; w.mu guards it
 	runs inflight      // subscription goroutines
 	live atomic.Uint64 // nodes whose subscription the server has confirmed
 }
 
 func newWaker(c *Client, prefix string) *waker {
 	return &waker{client: c, prefix: prefix, waiting: make(map[string][]*waiter),
-		channels: make(map[string]string), heard: make(map[string]uint64)}
+		channels: make(map[string]string), heard: make(map[string]uint64), gens: make([]uint64, len(c.nodes))}
 }
 
 // A waiter is one waiting acquisition (acquireLoop), of any primitive.
@@ -224,11 +229,12 @@ func (w *waker) register(keys []string, need int, contends bool) *waiter {
 		// A release between the waiter's failed attempt and now was
 		// announced before it registered. Where the key's channel is
 		// already confirmed, no confirmation will stand for that
-		// announcement: the waiter takes the confirmations as they are. A
-		// contending waiter of the Client already on the key heard it, and
-		// took the release or lost it to another holder, whose own release
-		// will be announced to both.
-		if contends && !slices.ContainsFunc(w.waiting[key], func(x *waiter) bool { return x.contends }) {
+		// announcement: the waiter takes the confirmations as they are.
+		// Even beside another contender of the Client on the key, which
+		// heard the release: that one may not take what was freed (a
+		// reader beside a reader, a permit too small for its weight, two
+		// permits freed), or may leave without attempting.
+		if contends {
 			wt.hinted |= w.heard[key]
 		}
 		w.waiting[key] = append(w.waiting[key], wt)
@@ -337,15 +343,18 @@ func (w *waker) start() {
 		if s, ok := n.pool.(driver.Subscriber); ok {
 			changed := make(chan struct{}, 1)
 			w.changed = append(w.changed, changed)
+			w.gens[n.index]++
 			w.runs.Add(1)
-			go w.subscribe(ctx, n.index, s, changed)
+			go w.subscribe(ctx, n.index, w.gens[n.index], s, changed)
 		}
 	}
 }
 
 // subscribe keeps node's subscription open until ctx ends, opening it again
-// after a failure.
-func (w *waker) subscribe(ctx context.Context, node int, s driver.Subscriber, changed <-chan struct{}) {
+// after a failure. gen is its run's number on node: a run that ends after
+// the next one began (stopIdle, then register) leaves the newer run's
+// confirmations as they are.
+func (w *waker) subscribe(ctx context.Context, node int, gen uint64, s driver.Subscriber, changed <-chan struct{}) {
 	defer w.runs.Done()
 	bit := uint64(1) << node
 	sub := &driver.Subscription{
@@ -370,13 +379,15 @@ func (w *waker) subscribe(ctx context.Context, node int, s driver.Subscriber, ch
 	for {
 		began := time.Now()
 		s.Subscribe(ctx, sub)
-		w.live.And(^bit)
 		w.mu.Lock()
-		for key, nodes := range w.heard {
-			if nodes &^= bit; nodes == 0 {
-				delete(w.heard, key)
-			} else {
-				w.heard[key] = nodes
+		if w.gens[node] == gen {
+			w.live.And(^bit)
+			for key, nodes := range w.heard {
+				if nodes &^= bit; nodes == 0 {
+					delete(w.heard, key)
+				} else {
+					w.heard[key] = nodes
+				}
 			}
 		}
 		w.mu.Unlock()
@@ -414,11 +425,13 @@ func (w *waker) deliver(node int, key string) {
 // first read, and a wake-up that came with the subscription would spend
 // the one fresh read that an offer allows itself on an announcement
 // (Observe), which a resignation just after needs.
+//
+// It is recorded even if no one waits for key any more: the subscription
+// may not have read the drop yet, and if the key is wanted again before it
+// does, the channel stays, and no confirmation comes again (wanted).
 func (w *waker) confirmed(node int, key string) {
 	w.mu.Lock()
-	if _, ok := w.channels[key]; ok {
-		w.heard[key] |= 1 << node
-	}
+	w.heard[key] |= 1 << node
 	for _, wt := range w.waiting[key] {
 		if wt.contends {
 			wt.hint(node)

@@ -508,3 +508,223 @@ func TestWakeProbeHoldsNothingBack(t *testing.T) {
 		t.Errorf("the woken attempt began %v after the release's announcement, want at once (< %v)", d, rtt/5)
 	}
 }
+
+// A reader that begins to wait while another reader of its Client waits
+// on the same writer key still counts the confirmed nodes when it
+// registers: the other reader heard the writer's release, which came
+// between this one's failed attempt and its registration, but readers do
+// not exclude each other, and its taking the lock frees nothing that
+// would be announced to this one. Before, a registration beside another
+// contender of its Client counted nothing, and this reader waited for its
+// timed attempt, a minute later.
+func TestWakeUpReaderBesideAReader(t *testing.T) {
+	const rtt = 100 * time.Millisecond
+	b := newWakeBench(t, rtt)
+	ctx := context.Background()
+	const key = "wake:readers"
+	writer, _, _ := rwNames(key)
+	h, err := b.holder.RWMutex(key).Lock(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() chan error {
+		got := make(chan error, 1)
+		go func() {
+			lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			l, err := b.waiter.RWMutex(key).RLock(lctx, time.Minute)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		return got
+	}
+	// Reader A waits, its subscription confirmed, its probe over.
+	first := read()
+	b.settled(t, writer, 1)
+	idA := b.waiter.ids.Load()
+	confirmed := time.Now()
+	for node := range 3 {
+		b.waiter.wake.confirmed(node, writer)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, ok := b.times.firstAfter(idA, confirmed); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the confirmations woke no attempt of the first reader")
+		}
+	}
+	b.settled(t, writer, 1)
+	// Reader B's first attempt fails; before it registers, the writer
+	// lets go, and A is woken (its attempt takes rtt: it still waits when
+	// B registers).
+	var once atomic.Bool
+	undo := AfterAttempts(b.waiter, func() {
+		if once.CompareAndSwap(false, true) {
+			if err := h.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+			b.announce(writer)
+		}
+	})
+	defer undo()
+	second := read()
+	for i, got := range []chan error{first, second} {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Errorf("reader %d: %v", i+1, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("reader %d did not return in 30s", i+1)
+		}
+	}
+}
+
+// A confirmation that arrives after the key's last waiter left, before
+// the subscription read the drop, still counts: if the key is waited for
+// again before that read, the channel never leaves the connection, no
+// confirmation comes again, and the next waiter's registration has only
+// this one to count.
+func TestWakeUpConfirmationAfterTheDrop(t *testing.T) {
+	const rtt = 20 * time.Millisecond
+	b := newWakeBench(t, rtt)
+	ctx := context.Background()
+	const key = "wake:late"
+	l, err := b.holder.Lock(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// X waits and leaves before its subscription is confirmed.
+	xctx, cancel := context.WithCancel(ctx)
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		_, _ = b.waiter.Lock(xctx, key, time.Minute)
+	}()
+	b.settled(t, key, 1)
+	cancel()
+	<-gone
+	for node := range 3 {
+		b.waiter.wake.confirmed(node, key)
+	}
+	// B's first attempt fails; the key is let go before B registers,
+	// announced to no one.
+	var once atomic.Bool
+	undo := AfterAttempts(b.waiter, func() {
+		if once.CompareAndSwap(false, true) {
+			if err := l.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	defer undo()
+	lctx, cancelB := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelB()
+	w, err := b.waiter.Lock(lctx, key, time.Minute)
+	if err != nil {
+		t.Fatalf("the key was free for the whole wait: %v", err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lateSubPool is a memPool whose subscriptions confirm every channel at
+// once, deliver nothing, and, once their ctx has ended, return only when
+// gate is closed: a connection slow to end.
+type lateSubPool struct {
+	memPool
+	gate chan struct{}
+}
+
+func (p *lateSubPool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
+	for _, ch := range sub.Channels() {
+		sub.Ready(ch)
+	}
+	<-ctx.Done()
+	<-p.gate
+	return ctx.Err()
+}
+
+// A subscription run that ends after the next one began (stopped for
+// idleness, then a new waiter) leaves the newer run's confirmations as
+// they are: clearing them would leave the next waiter's registration
+// nothing to count.
+func TestWakeUpOldRunKeepsTheNewOnesConfirmations(t *testing.T) {
+	gate := make(chan struct{})
+	var plain, subs []Pool
+	for range 3 {
+		n := newSimNode(1)
+		plain = append(plain, &memPool{n})
+		subs = append(subs, &lateSubPool{memPool{n}, gate})
+	}
+	holder, err := New(plain, WithWakeUp(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := New(subs, WithRetryStrategy(ConstantRetry(time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	defer waiter.Close()
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	}()
+	ctx := context.Background()
+	const key = "wake:runs"
+	l, err := holder.Lock(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	w := waiter.wake
+	state := func() (heard, live uint64, stopped bool, runs int64) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.heard[key], w.live.Load(), w.stop == nil, w.runs.n.Load()
+	}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				h, lv, s, r := state()
+				t.Fatalf("%s: not reached in 10s (heard %b, live %b, stopped %v, runs %d)", what, h, lv, s, r)
+			}
+		}
+	}
+	lock := func(ctx context.Context) chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if l, err := waiter.Lock(ctx, key, time.Minute); err == nil {
+				l.Unlock(context.Background())
+			}
+		}()
+		return done
+	}
+	xctx, cancelX := context.WithCancel(ctx)
+	x := lock(xctx)
+	wait("the first waiter's confirmations", func() bool { h, _, _, _ := state(); return h == 0b111 })
+	cancelX()
+	<-x
+	wait("the first run stopped for idleness", func() bool { _, _, s, _ := state(); return s })
+	yctx, cancelY := context.WithCancel(ctx)
+	defer cancelY()
+	y := lock(yctx)
+	defer func() { cancelY(); <-y }()
+	wait("the second run's start", func() bool { _, _, s, r := state(); return !s && r == 6 })
+	wait("the second run's confirmations", func() bool { h, _, _, _ := state(); return h == 0b111 })
+	close(gate)
+	wait("the first run's end", func() bool { _, _, _, r := state(); return r == 3 })
+	if h, lv, _, _ := state(); h != 0b111 || lv != 0b111 {
+		t.Errorf("after the old run ended: the key confirmed on %b, subscriptions live on %b; want 111 and 111", h, lv)
+	}
+}
