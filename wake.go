@@ -52,20 +52,16 @@ import (
 // (register). It costs a waiting Lock one woken attempt when it begins to
 // wait, whether its key's subscription begins then or is already there.
 // That attempt, a probe (arm reports it), is not a contender's move: the
-// nodes it holds
-// are usually those its own failed attempt had just let go, so losing
-// does not count as a split vote, and it neither counts toward nor sets
-// the cap on woken attempts, so that the release it looks for, which may
-// come at any moment, wakes the next attempt at once. Counted as ordinary
-// woken attempts, probes cost two workers that take turns on a key (the
-// releaser locks again 2 ms after its Unlock, while the other holds for 3
-// ms) 2.6 times the p99 wait of a single channel (docs/benchmarks.md,
-// "fourteenth look").
-// TestSimulationWakeUpMissesNoRelease checks, on the simulation's clean
-// networks, that no acquisition then waits for its timed attempt; without
-// the confirmations some do. A waiter that registers while its Client's
-// channel for the key is already confirmed gets no confirmation, so its
-// registration counts the confirmed nodes instead (register).
+// nodes it holds are usually those its own failed attempt had just let go,
+// so losing does not count as a split vote, and it neither counts toward
+// nor sets the cap on woken attempts, so that the release it looks for,
+// which may come at any moment, wakes the next attempt at once. Counted as
+// ordinary woken attempts, probes cost two workers that take turns on a
+// key (the releaser locks again 2 ms after its Unlock, while the other
+// holds for 3 ms) 2.6 times the p99 wait of a single channel
+// (docs/benchmarks.md, "fourteenth look"). TestSimulationWakeUpMissesNoRelease
+// checks, on the simulation's clean networks, that no acquisition then
+// waits for its timed attempt; without the confirmations some do.
 //
 // A notice is a hint, never a vote. A woken Lock runs an ordinary attempt,
 // SET NX on every node and a majority counted within the validity window,
@@ -170,7 +166,7 @@ type waker struct {
 	mu       sync.Mutex
 	waiting  map[string][]*waiter // by key, in the order they registered
 	channels map[string]string    // the channel of each key in waiting
-	heard    map[string]uint64    // the nodes that confirmed each key's channel
+	heard    map[string]uint64    // the nodes that confirmed each key's channel and have not read a set without it since; may name keys no one waits for
 	count    int                  // waiters registered
 	seq      uint64               // registrations so far
 	stop     context.CancelFunc   // ends the running subscriptions; nil if none run
@@ -309,14 +305,17 @@ func (w *waker) changes() {
 // wanted returns the channels node's subscription should hear: the anchor,
 // then each waited-for key's. Its Subscriber reads them to unsubscribe
 // from the rest, so node's confirmation of a key no longer wanted is
-// forgotten here. One still wanted stays confirmed: a channel dropped and
+// forgotten when it reads. One still wanted stays confirmed: a channel dropped and
 // added again since the last read has not left the connection, which
 // sends neither UNSUBSCRIBE nor SUBSCRIBE for it.
-func (w *waker) wanted(node int) []string {
+func (w *waker) wanted(node int, gen uint64) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	bit := uint64(1) << node
 	for key, nodes := range w.heard {
+		if w.gens[node] != gen {
+			break // a run that has ended: the current one reads for itself
+		}
 		if _, ok := w.channels[key]; !ok && nodes&bit != 0 {
 			if nodes &^= bit; nodes == 0 {
 				delete(w.heard, key)
@@ -358,15 +357,19 @@ func (w *waker) subscribe(ctx context.Context, node int, gen uint64, s driver.Su
 	defer w.runs.Done()
 	bit := uint64(1) << node
 	sub := &driver.Subscription{
-		Channels: func() []string { return w.wanted(node) },
+		Channels: func() []string { return w.wanted(node, gen) },
 		Changed:  changed,
 		// A key's confirmation stands for an announcement: a release
 		// before it reached no one.
 		Ready: func(channel string) {
 			if channel == w.prefix {
-				w.live.Or(bit)
+				w.mu.Lock()
+				if w.gens[node] == gen { // not a run that has ended
+					w.live.Or(bit)
+				}
+				w.mu.Unlock()
 			} else if key, ok := strings.CutPrefix(channel, w.prefix); ok {
-				w.confirmed(node, key)
+				w.confirmed(node, gen, key)
 			}
 		},
 		Deliver: func(channel, _ string) {
@@ -429,9 +432,11 @@ func (w *waker) deliver(node int, key string) {
 // It is recorded even if no one waits for key any more: the subscription
 // may not have read the drop yet, and if the key is wanted again before it
 // does, the channel stays, and no confirmation comes again (wanted).
-func (w *waker) confirmed(node int, key string) {
+func (w *waker) confirmed(node int, gen uint64, key string) {
 	w.mu.Lock()
-	w.heard[key] |= 1 << node
+	if w.gens[node] == gen { // a run that has ended leaves the bits to the current one
+		w.heard[key] |= 1 << node
+	}
 	for _, wt := range w.waiting[key] {
 		if wt.contends {
 			wt.hint(node)

@@ -477,7 +477,7 @@ func TestWakeProbeHoldsNothingBack(t *testing.T) {
 	n.mu.Unlock()
 	confirmed := time.Now()
 	for node := range 3 {
-		b.waiter.wake.confirmed(node, key)
+		b.waiter.wake.confirmNow(node, key)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		if _, ok := b.times.firstAfter(id, confirmed); ok {
@@ -546,7 +546,7 @@ func TestWakeUpReaderBesideAReader(t *testing.T) {
 	idA := b.waiter.ids.Load()
 	confirmed := time.Now()
 	for node := range 3 {
-		b.waiter.wake.confirmed(node, writer)
+		b.waiter.wake.confirmNow(node, writer)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		if _, ok := b.times.firstAfter(idA, confirmed); ok {
@@ -597,6 +597,20 @@ func TestWakeUpConfirmationAfterTheDrop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A waiter on another key keeps the subscriptions from stopping
+	// (wakeLinger), which would forget the confirmations below.
+	const other = "wake:late:other"
+	if _, err := b.holder.Lock(ctx, other, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	zctx, cancelZ := context.WithCancel(ctx)
+	zdone := make(chan struct{})
+	go func() {
+		defer close(zdone)
+		_, _ = b.waiter.Lock(zctx, other, time.Minute)
+	}()
+	defer func() { cancelZ(); <-zdone }()
+	b.settled(t, other, 1)
 	// X waits and leaves before its subscription is confirmed.
 	xctx, cancel := context.WithCancel(ctx)
 	gone := make(chan struct{})
@@ -608,7 +622,7 @@ func TestWakeUpConfirmationAfterTheDrop(t *testing.T) {
 	cancel()
 	<-gone
 	for node := range 3 {
-		b.waiter.wake.confirmed(node, key)
+		b.waiter.wake.confirmNow(node, key)
 	}
 	// B's first attempt fails; the key is let go before B registers,
 	// announced to no one.
@@ -637,13 +651,15 @@ func TestWakeUpConfirmationAfterTheDrop(t *testing.T) {
 // gate is closed: a connection slow to end.
 type lateSubPool struct {
 	memPool
-	gate chan struct{}
+	gate  chan struct{}
+	ready *atomic.Int64 // subscriptions that have confirmed their channels
 }
 
 func (p *lateSubPool) Subscribe(ctx context.Context, sub *driver.Subscription) error {
 	for _, ch := range sub.Channels() {
 		sub.Ready(ch)
 	}
+	p.ready.Add(1)
 	<-ctx.Done()
 	<-p.gate
 	return ctx.Err()
@@ -655,11 +671,12 @@ func (p *lateSubPool) Subscribe(ctx context.Context, sub *driver.Subscription) e
 // nothing to count.
 func TestWakeUpOldRunKeepsTheNewOnesConfirmations(t *testing.T) {
 	gate := make(chan struct{})
+	var ready atomic.Int64
 	var plain, subs []Pool
 	for range 3 {
 		n := newSimNode(1)
 		plain = append(plain, &memPool{n})
-		subs = append(subs, &lateSubPool{memPool{n}, gate})
+		subs = append(subs, &lateSubPool{memPool{n}, gate, &ready})
 	}
 	holder, err := New(plain, WithWakeUp(false))
 	if err != nil {
@@ -721,10 +738,19 @@ func TestWakeUpOldRunKeepsTheNewOnesConfirmations(t *testing.T) {
 	y := lock(yctx)
 	defer func() { cancelY(); <-y }()
 	wait("the second run's start", func() bool { _, _, s, r := state(); return !s && r == 6 })
-	wait("the second run's confirmations", func() bool { h, _, _, _ := state(); return h == 0b111 })
+	wait("the second run's confirmations", func() bool { return ready.Load() == 6 })
 	close(gate)
 	wait("the first run's end", func() bool { _, _, _, r := state(); return r == 3 })
 	if h, lv, _, _ := state(); h != 0b111 || lv != 0b111 {
 		t.Errorf("after the old run ended: the key confirmed on %b, subscriptions live on %b; want 111 and 111", h, lv)
 	}
+}
+
+// confirmNow records node's confirmation of key's channel, as node's
+// current subscription run would.
+func (w *waker) confirmNow(node int, key string) {
+	w.mu.Lock()
+	gen := w.gens[node]
+	w.mu.Unlock()
+	w.confirmed(node, gen, key)
 }
