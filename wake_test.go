@@ -12,6 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/driver"
+	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/observe"
 	"github.com/quorumlock/redlock/redigo"
 )
@@ -692,4 +693,65 @@ func TestWakeUpReleaseBeforeRegistration(t *testing.T) {
 		// fails, A releases, and B registers, adding the channel again.
 		lockAcross(t, c, key, a)
 	})
+}
+
+// A node frozen (SIGSTOP) while a Lock waits: its subscription never
+// confirms and its announcements never come, but the other two nodes'
+// confirmations and announcements make a majority, so the release wakes
+// the waiter, which wins on those two; and Close, with the frozen node's
+// subscription still waiting for its confirmation, returns within its
+// bound.
+func TestWakeUpWithAFrozenNode(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	addrs := []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}
+	ctx := context.Background()
+	const timeout = 300 * time.Millisecond
+	holder := realClient(t, addrs, redlock.WithNodeTimeout(timeout))
+	l, err := holder.Lock(ctx, "wake:frozen", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[2].Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[2].Thaw() })
+	var ev wakeEvents
+	waiter := realClient(t, addrs, redlock.WithNodeTimeout(timeout), redlock.WithObserver(&ev),
+		redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		w, err := waiter.Lock(lctx, "wake:frozen", 30*time.Second)
+		if err == nil {
+			err = w.Unlock(ctx) // a majority: the two nodes that answer
+		}
+		got <- err
+	}()
+	if !realEventually(10*time.Second, func() bool {
+		return redlock.Waiting(waiter, "wake:frozen") == 1 && redlock.WakeHeard(waiter, "wake:frozen") == 0b011
+	}) {
+		t.Fatalf("the waiter's channel confirmed on %b, want 011 (node 2 is frozen)", redlock.WakeHeard(waiter, "wake:frozen"))
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter was not woken by the release on the two nodes that answer")
+	}
+	if ev.wokenWon.Load() != 1 {
+		t.Errorf("%d woken acquisitions, want 1", ev.wokenWon.Load())
+	}
+	start := time.Now()
+	if err := waiter.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close took %v with a frozen node's subscription open", took)
+	}
 }
