@@ -707,9 +707,25 @@ func TestWakeUpWithAFrozenNode(t *testing.T) {
 	ctx := context.Background()
 	const timeout = 300 * time.Millisecond
 	holder := realClient(t, addrs, redlock.WithNodeTimeout(timeout))
-	l, err := holder.Lock(ctx, "wake:frozen", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	// The holder must hold all three nodes before one freezes, or its
+	// release cannot reach a majority: Lock returns at two, and a
+	// straggler's SET is settled, and taken again if it did not land.
+	var l *redlock.Lock
+	for try := 1; ; try++ {
+		var err error
+		if l, err = holder.Lock(ctx, "wake:frozen", 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		redlock.Settle(holder)
+		if l.Held() == 3 {
+			break
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if try == 5 {
+			t.Fatalf("the holder holds %d of 3 nodes after 5 locks", l.Held())
+		}
 	}
 	if err := servers[2].Freeze(); err != nil {
 		t.Fatal(err)
