@@ -193,6 +193,22 @@ func (b *wakeBench) settled(t *testing.T, key string, n int) {
 	}
 }
 
+// probed waits until the acquisition id, waiting on key, has begun a
+// woken attempt after confirmed (the probe the confirmations caused) and
+// ended it.
+func (b *wakeBench) probed(t *testing.T, key string, id uint64, confirmed time.Time) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, ok := b.times.firstAfter(id, confirmed); ok {
+			break // the probe is under way: settled waits for its end
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the confirmations woke no attempt in 10s")
+		}
+	}
+	b.settled(t, key, 1)
+}
+
 // announce delivers key's release from every node to the waiter Client, as
 // its subscriptions would, and returns when it did.
 func (b *wakeBench) announce(key string) time.Time {
@@ -479,15 +495,7 @@ func TestWakeProbeHoldsNothingBack(t *testing.T) {
 	for node := range 3 {
 		b.waiter.wake.confirmNow(node, key)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, ok := b.times.firstAfter(id, confirmed); ok {
-			break // the probe is under way: settled below waits for its end
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the confirmations woke no attempt in 10s")
-		}
-	}
-	b.settled(t, key, 1)
+	b.probed(t, key, id, confirmed)
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -548,15 +556,7 @@ func TestWakeUpReaderBesideAReader(t *testing.T) {
 	for node := range 3 {
 		b.waiter.wake.confirmNow(node, writer)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, ok := b.times.firstAfter(idA, confirmed); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the confirmations woke no attempt of the first reader")
-		}
-	}
-	b.settled(t, writer, 1)
+	b.probed(t, writer, idA, confirmed)
 	// Reader B's first attempt fails; before it registers, the writer
 	// lets go, and A is woken (its attempt takes rtt: it still waits when
 	// B registers).
