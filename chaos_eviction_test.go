@@ -103,6 +103,7 @@ func chaosEvictionRun(t *testing.T, policy string, junkTTL bool, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = client.Close() })
 	ld := &holdLoad{
 		client:     client,
 		key:        "chaos:eviction",

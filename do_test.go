@@ -58,6 +58,7 @@ func (d *doNodes) client(opts ...redlock.Option) *redlock.Client {
 	if err != nil {
 		d.t.Fatal(err)
 	}
+	d.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 

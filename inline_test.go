@@ -138,6 +138,7 @@ func TestInlineRoundBoundedByHonouringPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	me := goid()
 	start := time.Now()
 	_, err = c.TryLock(context.Background(), "k", time.Second)
@@ -173,6 +174,7 @@ func TestInlineRoundLostWhenCtxEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	_, err = c.TryLock(ctx, "k", time.Minute)
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotObtained) {
 		t.Errorf("err = %v, want ErrNotObtained with context.Canceled", err)

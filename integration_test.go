@@ -316,6 +316,7 @@ func TestRealTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 	l, err := c.Lock(ctx, "real:tls", 10*time.Second)
 	if err != nil {
@@ -333,6 +334,7 @@ func TestRealTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = plain.Close() })
 	_, err = plain.Lock(ctx, "real:tls", 10*time.Second)
 	t.Logf("plain text against TLS: %v", err)
 	realExpectEveryNode(t, err, len(addrs), "")
@@ -383,6 +385,7 @@ func TestRealACL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = c.Close() })
 		if err := cycle(c); err != nil {
 			t.Fatal(err)
 		}
@@ -391,6 +394,7 @@ func TestRealACL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = anon.Close() })
 		_, err = anon.Lock(context.Background(), "real:acl", time.Second)
 		realExpectEveryNode(t, err, len(addrs), "NOAUTH")
 	})
@@ -408,6 +412,7 @@ func TestRealACL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = c.Close() })
 			// Redis 7.0 reports a command a script may not run without
 			// naming it.
 			want := "NOPERM this user has no permissions to run the '" + drop + "' command"
@@ -471,6 +476,7 @@ func TestRealWrongPassword(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = c.Close() })
 			_, err = c.Lock(context.Background(), "real:auth", time.Second)
 			t.Logf("wrong password: %v", err)
 			realExpectEveryNode(t, err, len(addrs), "WRONGPASS")

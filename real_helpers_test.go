@@ -36,6 +36,7 @@ func realClient(t testing.TB, addrs []string, opts ...redlock.Option) *redlock.C
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 

@@ -195,6 +195,7 @@ func TestFrozenNode(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	client, err := redlock.New(pools, redlock.WithNodeTimeout(timeout))
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
 
 	bound := timeout + 500*time.Millisecond
 	ctx := context.Background()

@@ -102,6 +102,7 @@ func TestSoak(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = cl.Close() })
 		cls, pools = append(cls, cl), append(pools, ps...)
 	}
 	run := soakRun{
