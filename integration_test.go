@@ -352,10 +352,8 @@ func TestRealACL(t *testing.T) {
 		}
 		var addrs []string
 		for range 3 {
-			s := redistest.StartOnPort(t, redistest.FreePort(t), append([]string{"--user", "default", "off", "--user"}, rules...)...)
-			if err := s.WaitReadyWith(5*time.Second, redis.DialUsername("locker"), redis.DialPassword(pass)); err != nil {
-				t.Fatalf("%v\n%s", err, s.Log())
-			}
+			s := redistest.StartWith(t, []redis.DialOption{redis.DialUsername("locker"), redis.DialPassword(pass)},
+				append([]string{"--user", "default", "off", "--user"}, rules...)...)
 			addrs = append(addrs, s.Addr)
 		}
 		return addrs
@@ -435,10 +433,7 @@ func TestRealACL(t *testing.T) {
 func TestRealErrorReplyIsNotAgreement(t *testing.T) {
 	var addrs []string
 	for range 3 {
-		s := redistest.StartOnPort(t, redistest.FreePort(t), "--requirepass", "secret")
-		if err := s.WaitReadyWith(5*time.Second, redis.DialPassword("secret")); err != nil {
-			t.Fatalf("%v\n%s", err, s.Log())
-		}
+		s := redistest.StartWith(t, []redis.DialOption{redis.DialPassword("secret")}, "--requirepass", "secret")
 		addrs = append(addrs, s.Addr)
 	}
 	c := realClient(t, addrs, redlock.WithTries(1))
@@ -466,10 +461,7 @@ func TestRealWrongPassword(t *testing.T) {
 			}
 			var addrs []string
 			for range 3 {
-				s := redistest.StartOnPort(t, redistest.FreePort(t), tc.extra...)
-				if err := s.WaitReadyWith(5*time.Second, dial("right")...); err != nil {
-					t.Fatalf("%v\n%s", err, s.Log())
-				}
+				s := redistest.StartWith(t, dial("right"), tc.extra...)
 				addrs = append(addrs, s.Addr)
 			}
 			c, err := redlock.New(realPools(t, addrs, dial("wrong")...), realNodeTimeout, redlock.WithTries(1))

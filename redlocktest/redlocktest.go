@@ -153,10 +153,7 @@ func startAuth(t testing.TB, n int, dial []redis.DialOption, extra ...string) []
 	requireRedis(t, false)
 	servers := make([]*redistest.Server, n)
 	for i := range servers {
-		servers[i] = redistest.StartOnPort(t, redistest.FreePort(t), extra...)
-		if err := servers[i].WaitReadyWith(5*time.Second, dial...); err != nil {
-			t.Fatalf("redis-server on %s: %v\n%s", servers[i].Addr, err, servers[i].Log())
-		}
+		servers[i] = redistest.StartWith(t, dial, extra...)
 	}
 	return servers
 }

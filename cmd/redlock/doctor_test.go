@@ -80,15 +80,11 @@ func aof(t *testing.T, fsync string) []string {
 func startAuth(t *testing.T, user, password string, extra ...string) *redistest.Server {
 	t.Helper()
 	redistest.Require(t)
-	s := redistest.StartOnPort(t, redistest.FreePort(t), extra...)
 	opts := []redis.DialOption{redis.DialPassword(password)}
 	if user != "" {
 		opts = append(opts, redis.DialUsername(user))
 	}
-	if err := s.WaitReadyWith(5*time.Second, opts...); err != nil {
-		t.Fatalf("redis-server on %s: %v\n%s", s.Addr, err, s.Log())
-	}
-	return s
+	return redistest.StartWith(t, opts, extra...)
 }
 
 func TestDoctorSound(t *testing.T) {

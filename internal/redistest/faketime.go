@@ -2,13 +2,11 @@ package redistest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // Nodes whose clocks run at another rate than the test's.
@@ -83,33 +81,24 @@ func StartClockRate(t testing.TB, rate float64, extra ...string) *Server {
 	if !(rate > 0) {
 		t.Fatalf("clock rate %v must be positive", rate)
 	}
-	port := FreePort(t)
-	args := append([]string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--protected-mode", "no",
-		"--save", "",
-		"--appendonly", "no",
-	}, extra...)
-	out := new(syncBuffer)
-	// Debian's redis-server always, not Binary(): libfaketime and the
-	// malloc shim are bookworm's, and must match the server's C library.
-	cmd := exec.Command("redis-server", args...)
-	cmd.Env = append(os.Environ(),
-		"LD_PRELOAD="+findLib(mallocDebugPaths)+":"+findLib(libfaketimePaths),
-		"FAKETIME="+FaketimeSpec(rate),
-		"FAKETIME_DONT_FAKE_MONOTONIC=1",
-	)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting redis-server under libfaketime: %v", err)
-	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, cmd: cmd, out: out}
-	t.Cleanup(s.Stop)
-	if err := s.WaitReady(5 * time.Second); err != nil {
-		t.Fatalf("redis-server under libfaketime (FAKETIME=%q) on %s: %v\n%s", FaketimeSpec(rate), s.Addr, err, s.Log())
-	}
-	return s
+	return startFree(t, fmt.Sprintf("redis-server under libfaketime (FAKETIME=%q)", FaketimeSpec(rate)), nil, func(port int) *Server {
+		args := append([]string{
+			"--port", strconv.Itoa(port),
+			"--bind", "127.0.0.1",
+			"--protected-mode", "no",
+			"--save", "",
+			"--appendonly", "no",
+		}, extra...)
+		// Debian's redis-server always, not Binary(): libfaketime and the
+		// malloc shim are bookworm's, and must match the server's C library.
+		cmd := exec.Command("redis-server", args...)
+		cmd.Env = append(os.Environ(),
+			"LD_PRELOAD="+findLib(mallocDebugPaths)+":"+findLib(libfaketimePaths),
+			"FAKETIME="+FaketimeSpec(rate),
+			"FAKETIME_DONT_FAKE_MONOTONIC=1",
+		)
+		return spawn(t, cmd, port)
+	})
 }
 
 // FaketimeSpec is the FAKETIME value for a clock running at rate from the

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -128,28 +129,34 @@ func startRedisCluster(t testing.TB, primaries, replicas int, sec Secure) *Redis
 	// rest their replicas.
 	for i := range primaries * (1 + replicas) {
 		Require(t)
-		port := FreePort(t)
-		// FreePort may give the same port twice: the two must differ.
-		busPort := FreePort(t)
-		for busPort == port {
-			busPort = FreePort(t)
-		}
-		nodeArgs := []string{
-			"--cluster-enabled", "yes",
-			"--cluster-port", strconv.Itoa(busPort),
-			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i)),
-			"--cluster-node-timeout", nodeTimeout,
-		}
-		var serverArgs []string
-		if sec.TLS != nil {
-			// The nodes' connections to one another present the
-			// client certificate, which the CA signed for that use.
-			serverArgs = append(sec.TLS.serverArgs(port), "--tls-cluster", "yes",
-				"--tls-client-cert-file", sec.TLS.ClientCert, "--tls-client-key-file", sec.TLS.ClientKey)
-		}
-		s := StartOnPort(t, port, append(append(serverArgs, nodeArgs...), sec.Args...)...)
-		if err := s.WaitReadyWith(5*time.Second, rc.dial...); err != nil {
-			t.Fatalf("cluster node %s: %v\n%s", s.Addr, err, s.Log())
+		var s *Server
+		for try := 1; s == nil; try++ {
+			port := FreePort(t)
+			// FreePort may give the same port twice: the two must differ.
+			busPort := FreePort(t)
+			for busPort == port {
+				busPort = FreePort(t)
+			}
+			nodeArgs := []string{
+				"--cluster-enabled", "yes",
+				"--cluster-port", strconv.Itoa(busPort),
+				"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d-%d.conf", i, try)),
+				"--cluster-node-timeout", nodeTimeout,
+			}
+			var serverArgs []string
+			if sec.TLS != nil {
+				// The nodes' connections to one another present the
+				// client certificate, which the CA signed for that use.
+				serverArgs = append(sec.TLS.serverArgs(port), "--tls-cluster", "yes",
+					"--tls-client-cert-file", sec.TLS.ClientCert, "--tls-client-key-file", sec.TLS.ClientKey)
+			}
+			s = StartOnPort(t, port, append(append(serverArgs, nodeArgs...), sec.Args...)...)
+			if err := s.WaitReadyWith(5*time.Second, rc.dial...); err != nil {
+				if !errors.Is(err, ErrPortTaken) || try == 5 {
+					t.Fatalf("cluster node %s: %v\n%s", s.Addr, err, s.Log())
+				}
+				s = nil // another process took a port first: try others
+			}
 		}
 		if i < primaries {
 			rc.Primaries = append(rc.Primaries, s)

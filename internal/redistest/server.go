@@ -6,11 +6,13 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,11 +23,18 @@ import (
 
 // A Server is a redis-server process started by Start.
 type Server struct {
-	Addr string // 127.0.0.1:port
-	Port int
-	cmd  *exec.Cmd
-	out  *syncBuffer
+	Addr   string // 127.0.0.1:port
+	Port   int
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{} // closed once the process has exited and been waited for
 }
+
+// ErrPortTaken is the error of a server that could not listen on its port
+// because another process had taken it: a port FreePort gave may be taken
+// by another test's server before this one binds it. Start and StartWith
+// try another port.
+var ErrPortTaken = errors.New("redistest: the port was taken by another process")
 
 // ServerEnv names the environment variable that selects the server binary
 // the tests start: a path printed by make servers (scripts/servers.sh), a
@@ -82,12 +91,33 @@ func Require(t testing.TB) {
 // a redis-server, it skips or fails t as Require does.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	return StartWith(t, nil, extra...)
+}
+
+// StartWith is Start for a server that needs dial options (a password, an
+// ACL user, TLS) to answer PING. If another process takes the port before
+// the server binds it, it tries another.
+func StartWith(t testing.TB, dial []redis.DialOption, extra ...string) *Server {
+	t.Helper()
 	Require(t)
-	s := StartOnPort(t, FreePort(t), extra...)
-	if err := s.WaitReady(5 * time.Second); err != nil {
-		t.Fatalf("redis-server on %s: %v\n%s", s.Addr, err, s.out.String())
+	return startFree(t, Binary(), dial, func(port int) *Server { return StartOnPort(t, port, extra...) })
+}
+
+// startFree starts a server with start on a free port and waits until it
+// answers PING with dial; if another process takes the port first, it tries
+// another.
+func startFree(t testing.TB, what string, dial []redis.DialOption, start func(port int) *Server) *Server {
+	t.Helper()
+	for try := 1; ; try++ {
+		s := start(FreePort(t))
+		err := s.WaitReadyWith(5*time.Second, dial...)
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, ErrPortTaken) || try == 5 {
+			t.Fatalf("%s on %s: %v\n%s", what, s.Addr, err, s.Log())
+		}
 	}
-	return s
 }
 
 // StartOnPort launches redis-server listening on port without waiting for
@@ -109,13 +139,24 @@ func StartOnPort(t testing.TB, port int, extra ...string) *Server {
 		// primary waits by default for more replicas to share it.
 		"--repl-diskless-sync-delay", "0",
 	}, extra...)
+	return spawn(t, exec.Command(Binary(), args...), port)
+}
+
+// spawn starts cmd, a server that listens on port, and stops it when t
+// ends.
+func spawn(t testing.TB, cmd *exec.Cmd, port int) *Server {
+	t.Helper()
 	out := new(syncBuffer)
-	cmd := exec.Command(Binary(), args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", Binary(), err)
+		t.Fatalf("starting %s: %v", cmd.Path, err)
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, cmd: cmd, out: out}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, cmd: cmd, out: out,
+		exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(s.exited)
+	}()
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -126,19 +167,34 @@ func (s *Server) WaitReady(timeout time.Duration) error {
 }
 
 // WaitReadyWith is WaitReady for a server that needs dial options: TLS, a
-// password or an ACL user.
+// password or an ACL user. A PING answered on the port counts only once the
+// port's listening socket is the process's own (where /proc tells): a
+// server of another test's that took the port first would answer too. If
+// the process exits first, the error says why, and wraps ErrPortTaken if
+// it could not bind its port.
 func (s *Server) WaitReadyWith(timeout time.Duration, opts ...redis.DialOption) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	opts = append([]redis.DialOption{redis.DialConnectTimeout(200 * time.Millisecond)}, opts...)
 	var last error
 	for ctx.Err() == nil {
+		select {
+		case <-s.exited:
+			if strings.Contains(s.Log(), "Address already in use") {
+				return fmt.Errorf("%w: %s exited", ErrPortTaken, Binary())
+			}
+			return fmt.Errorf("%s exited before it answered", Binary())
+		default:
+		}
 		c, err := redis.DialContext(ctx, "tcp", s.Addr, opts...)
 		if err == nil {
 			_, err = redis.DoWithTimeout(c, 200*time.Millisecond, "PING")
 			c.Close()
 			if err == nil {
-				return nil
+				if own, known := listensOn(s.cmd.Process.Pid, s.Port); own || !known {
+					return nil
+				}
+				err = fmt.Errorf("another process answers on port %d", s.Port)
 			}
 		}
 		last = err
@@ -147,13 +203,52 @@ func (s *Server) WaitReadyWith(timeout time.Duration, opts ...redis.DialOption) 
 	return fmt.Errorf("not ready after %v: %v", timeout, last)
 }
 
+// listensOn reports whether process pid holds a TCP socket listening on
+// port, from /proc; known is false where /proc does not tell.
+func listensOn(pid, port int) (own, known bool) {
+	listeners := map[string]bool{} // socket inodes listening on port
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		known = true
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" { // 0A: LISTEN
+				continue
+			}
+			_, hexPort, ok := strings.Cut(f[1], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && int(p) == port {
+				listeners["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	if !known {
+		return false, false
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false, false
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && listeners[l] {
+			return true, true
+		}
+	}
+	return false, true
+}
+
 // Stop kills the process and waits for it. It is safe to call twice.
 func (s *Server) Stop() {
-	if s.cmd.ProcessState != nil {
+	select {
+	case <-s.exited:
 		return
+	default:
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 }
 
 // Freeze stops the process with SIGSTOP: it keeps its connections and

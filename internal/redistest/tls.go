@@ -155,10 +155,7 @@ func (f *TLSFiles) DialTLS() []redis.DialOption {
 func StartTLS(t testing.TB, f *TLSFiles, extra ...string) *Server {
 	t.Helper()
 	Require(t)
-	port := FreePort(t)
-	s := StartOnPort(t, port, append(f.serverArgs(port), extra...)...)
-	if err := s.WaitReadyWith(5*time.Second, f.DialTLS()...); err != nil {
-		t.Fatalf("redis-server with TLS on %s: %v\n%s", s.Addr, err, s.Log())
-	}
-	return s
+	return startFree(t, "redis-server with TLS", f.DialTLS(), func(port int) *Server {
+		return StartOnPort(t, port, append(f.serverArgs(port), extra...)...)
+	})
 }
