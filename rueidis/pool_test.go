@@ -298,10 +298,7 @@ func TestBatchErrors(t *testing.T) {
 // ReplyError with the server's code, on every Exec until it is fixed.
 func TestHandshakeErrors(t *testing.T) {
 	requireRedis(t, false)
-	s := redistest.StartOnPort(t, redistest.FreePort(t), "--requirepass", "secret")
-	if err := s.WaitReadyWith(5*time.Second, redis.DialPassword("secret")); err != nil {
-		t.Fatal(err)
-	}
+	s := redistest.StartWith(t, []redis.DialOption{redis.DialPassword("secret")}, "--requirepass", "secret")
 	for _, c := range []struct{ password, code string }{{"", "NOAUTH"}, {"wrong", "WRONGPASS"}} {
 		client, _ := rueidis.NewClient(rueidis.ClientOption{
 			InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true, Password: c.password,
