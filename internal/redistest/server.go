@@ -230,7 +230,7 @@ func listensOn(pid, port int) (own, known bool) {
 	}
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
-		return false, false
+		return false, true // it has exited (and been waited for): the listener is another's
 	}
 	for _, fd := range fds {
 		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && listeners[l] {

@@ -2,6 +2,9 @@ package redistest
 
 import (
 	"errors"
+	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -50,5 +53,30 @@ func TestWaitReadyBusPortTaken(t *testing.T) {
 		"--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf"))
 	if err := s.WaitReady(5 * time.Second); !errors.Is(err, ErrPortTaken) {
 		t.Fatalf("WaitReady of a cluster node whose bus port was taken = %v, want ErrPortTaken\n%s", err, s.Log())
+	}
+}
+
+// A process that has exited and been waited for holds no listener: the
+// port's listener is another's, which WaitReady must not take for its
+// server's (the server exits when it cannot bind).
+func TestListensOnExitedProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/net/tcp"); err != nil {
+		t.Skipf("no /proc/net/tcp: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	if own, known := listensOn(os.Getpid(), port); !own || !known {
+		t.Fatalf("listensOn(this process, its listener's port) = %v, %v; want true, true", own, known)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if own, known := listensOn(cmd.Process.Pid, port); own || !known {
+		t.Fatalf("listensOn(an exited process, a port another holds) = %v, %v; want false, true", own, known)
 	}
 }
