@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/benchkit"
+	"github.com/quorumlock/redlock/redigo"
 )
 
 // BenchmarkBesideWaiters: the sweep's uncontended case at 64 callers, while
@@ -21,54 +24,72 @@ import (
 func BenchmarkBesideWaiters(b *testing.B) {
 	pools := benchNodes(b, 5)
 	mine := benchRedlock(benchClient(b, pools))
+	run := 0 // b.Run calls each case's function again for each b.N it tries
 	for _, waiters := range []int{0, 1, 8} {
 		b.Run(fmt.Sprintf("N=5/callers=64/waiters=%d", waiters), func(b *testing.B) {
-			// Set up and torn down within each run of the function (which
-			// b.Run calls with growing b.N): the holder and waiters of a
-			// run end before the next one starts.
+			// Set up and torn down within each call of the function: the
+			// holder and waiters of a call end before the next begins,
+			// and each call's keys are its own.
+			run++
 			ctx, cancel := context.WithCancel(context.Background())
 			holder := benchClient(b, pools)
-			done := make(chan struct{}, waiters)
-			var held []*redlock.Lock
+			var (
+				started sync.WaitGroup
+				left    atomic.Int32 // waiters whose Lock returned
+				held    []*redlock.Lock
+			)
 			defer func() {
 				b.StopTimer()
 				cancel()
-				for range waiters {
-					<-done
-				}
+				started.Wait()
 				for _, l := range held {
-					_ = l.Unlock(context.Background())
+					if err := l.Unlock(context.Background()); err != nil {
+						b.Errorf("Unlock %s: %v", l.Key(), err)
+					}
 				}
 				_ = holder.Close()
+				waitPubsubClients(b, pools, 0) // the waiters' subscriptions are closed
 			}()
 			for i := range waiters {
-				key := fmt.Sprintf("beside:held:%d", i)
+				key := fmt.Sprintf("beside:%d:held:%d", run, i)
 				l, err := holder.Lock(ctx, key, time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}
 				held = append(held, l)
 				w := benchClient(b, pools, redlock.WithRetryStrategy(redlock.ConstantRetry(time.Minute)))
+				started.Add(1)
 				go func() {
-					defer func() { done <- struct{}{} }()
+					defer started.Done()
 					defer w.Close()
-					if l, err := w.Lock(ctx, key, time.Minute); err == nil {
+					l, err := w.Lock(ctx, key, time.Minute)
+					left.Add(1)
+					if err == nil {
 						_ = l.Unlock(context.Background())
 					}
 				}()
 			}
-			// Every waiter's subscription is open on every node.
-			deadline := time.Now().Add(10 * time.Second)
-			for _, p := range pools {
-				for pubsubClients(b, p) < waiters {
-					if time.Now().After(deadline) {
-						b.Fatalf("%d subscriptions open on %s, want %d", pubsubClients(b, p), p.Addr, waiters)
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
+			waitPubsubClients(b, pools, waiters) // every waiter's subscription is open on every node
 			benchkit.Callers(b, mine, 64)
+			if n := left.Load(); n != 0 {
+				b.Fatalf("%d of %d waiters stopped waiting during the run", n, waiters)
+			}
 		})
+	}
+}
+
+// waitPubsubClients waits until each node has want connections in pub/sub
+// mode.
+func waitPubsubClients(b *testing.B, pools []*redigo.Pool, want int) {
+	b.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range pools {
+		for pubsubClients(b, p) != want {
+			if time.Now().After(deadline) {
+				b.Fatalf("%d connections in pub/sub mode on %s, want %d", pubsubClients(b, p), p.Addr, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 

@@ -266,21 +266,8 @@ func TestRunPasswordFromEnvironment(t *testing.T) {
 	redistest.Require(t)
 	servers := make([]*redistest.Server, 3)
 	for i := range servers {
-		servers[i] = redistest.StartOnPort(t, redistest.FreePort(t),
+		servers[i] = redistest.StartWith(t, []redis.DialOption{redis.DialUsername("locker"), redis.DialPassword("s3cret")},
 			"--user", "default", "off", "--user", "locker", "on", ">s3cret", "~*", "+@all")
-	}
-	for _, s := range servers { // WaitReady cannot log in; wait for the refusal
-		if !pollFor(5*time.Second, func() bool {
-			c, err := redis.Dial("tcp", s.Addr, redis.DialConnectTimeout(200*time.Millisecond))
-			if err != nil {
-				return false
-			}
-			defer c.Close()
-			_, err = c.Do("PING")
-			return err != nil && strings.Contains(err.Error(), "NOAUTH")
-		}) {
-			t.Fatalf("redis-server on %s not ready\n%s", s.Addr, s.Log())
-		}
 	}
 	args := []string{"run", "--nodes", nodesFlag(servers), "--key", "acl", "--ttl", "2s", "--user", "locker"}
 

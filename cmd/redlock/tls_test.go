@@ -1,12 +1,12 @@
 package main
 
 import (
-	"crypto/tls"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/redlock/internal/redistest"
 )
@@ -19,20 +19,11 @@ func TestRunTLS(t *testing.T) {
 	ca, cert, key := f.CACert, f.ServerCert, f.ServerKey
 	var addrs []string
 	for range 3 {
-		port := redistest.FreePort(t)
-		s := redistest.StartOnPort(t, 0, "--port", "0", "--tls-port", strconv.Itoa(port),
-			"--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "no")
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if !pollFor(5*time.Second, func() bool {
-			c, err := tls.DialWithDialer(&net.Dialer{Timeout: 200 * time.Millisecond}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		}) {
-			t.Skipf("redis-server did not serve TLS on %s (built without TLS?)\n%s", addr, s.Log())
-		}
-		addrs = append(addrs, addr)
+		s := redistest.StartFree(t, []redis.DialOption{redis.DialUseTLS(true), redis.DialTLSSkipVerify(true)}, func(port int) *redistest.Server {
+			return redistest.StartOnPort(t, port, "--port", "0", "--tls-port", strconv.Itoa(port),
+				"--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "no")
+		})
+		addrs = append(addrs, s.Addr)
 	}
 	nodes := strings.Join(addrs, ",")
 	base := []string{"run", "--nodes", nodes, "--key", "tls", "--ttl", "2s"}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -103,9 +104,17 @@ func StartWith(t testing.TB, dial []redis.DialOption, extra ...string) *Server {
 	return startFree(t, Binary(), dial, func(port int) *Server { return StartOnPort(t, port, extra...) })
 }
 
-// startFree starts a server with start on a free port and waits until it
-// answers PING with dial; if another process takes the port first, it tries
-// another.
+// StartFree starts a server with start, which StartOnPort's a server on
+// port (with arguments that depend on the port: a TLS port, say), and
+// waits until it answers PING with dial; if another process takes the port
+// first, it tries another port.
+func StartFree(t testing.TB, dial []redis.DialOption, start func(port int) *Server) *Server {
+	t.Helper()
+	Require(t)
+	return startFree(t, Binary(), dial, start)
+}
+
+// startFree is StartFree, with what naming the server in failures.
 func startFree(t testing.TB, what string, dial []redis.DialOption, start func(port int) *Server) *Server {
 	t.Helper()
 	for try := 1; ; try++ {
@@ -204,7 +213,8 @@ func (s *Server) WaitReadyWith(timeout time.Duration, opts ...redis.DialOption) 
 }
 
 // listensOn reports whether process pid holds a TCP socket listening on
-// port, from /proc; known is false where /proc does not tell.
+// port, from /proc; known is false where /proc does not tell (no table, no
+// listener on the port in it, a process whose descriptors cannot be read).
 func listensOn(pid, port int) (own, known bool) {
 	listeners := map[string]bool{} // socket inodes listening on port
 	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
@@ -212,7 +222,6 @@ func listensOn(pid, port int) (own, known bool) {
 		if err != nil {
 			continue
 		}
-		known = true
 		for _, line := range strings.Split(string(b), "\n")[1:] {
 			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
 			f := strings.Fields(line)
@@ -225,12 +234,15 @@ func listensOn(pid, port int) (own, known bool) {
 			}
 		}
 	}
-	if !known {
-		return false, false
+	if len(listeners) == 0 {
+		return false, false // a PONG came from the port, so /proc does not show it all
 	}
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return false, true // it has exited (and been waited for): the listener is another's
+	}
+	if err != nil {
+		return false, false
 	}
 	for _, fd := range fds {
 		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && listeners[l] {
