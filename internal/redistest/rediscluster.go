@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -129,9 +128,9 @@ func startRedisCluster(t testing.TB, primaries, replicas int, sec Secure) *Redis
 	// rest their replicas.
 	for i := range primaries * (1 + replicas) {
 		Require(t)
-		var s *Server
-		for try := 1; s == nil; try++ {
-			port := FreePort(t)
+		try := 0 // each try's node gets a config file of its own
+		s := startFree(t, "cluster node", rc.dial, func(port int) *Server {
+			try++
 			// FreePort may give the same port twice: the two must differ.
 			busPort := FreePort(t)
 			for busPort == port {
@@ -150,14 +149,8 @@ func startRedisCluster(t testing.TB, primaries, replicas int, sec Secure) *Redis
 				serverArgs = append(sec.TLS.serverArgs(port), "--tls-cluster", "yes",
 					"--tls-client-cert-file", sec.TLS.ClientCert, "--tls-client-key-file", sec.TLS.ClientKey)
 			}
-			s = StartOnPort(t, port, append(append(serverArgs, nodeArgs...), sec.Args...)...)
-			if err := s.WaitReadyWith(5*time.Second, rc.dial...); err != nil {
-				if !errors.Is(err, ErrPortTaken) || try == 5 {
-					t.Fatalf("cluster node %s: %v\n%s", s.Addr, err, s.Log())
-				}
-				s = nil // another process took a port first: try others
-			}
-		}
+			return StartOnPort(t, port, append(append(serverArgs, nodeArgs...), sec.Args...)...)
+		})
 		if i < primaries {
 			rc.Primaries = append(rc.Primaries, s)
 		} else {
