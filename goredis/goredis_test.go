@@ -9,8 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -349,22 +347,8 @@ func TestNoDriverRetries(t *testing.T) {
 // returns its address once it knows the master.
 func startSentinel(t *testing.T, master *redistest.Server) string {
 	t.Helper()
-	port := redistest.FreePort(t)
-	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	err := os.WriteFile(conf, fmt.Appendf(nil, "port %d\nbind 127.0.0.1\nprotected-mode no\n"+
-		"sentinel monitor mymaster 127.0.0.1 %d 1\n", port, master.Port), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(redistest.Binary(), conf, "--sentinel")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s := redistest.StartSentinel(t, fmt.Sprintf("sentinel monitor mymaster 127.0.0.1 %d 1", master.Port))
+	addr := s.Addr
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: addr})
 	defer sentinel.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -374,7 +358,7 @@ func startSentinel(t *testing.T, master *redistest.Server) string {
 			return addr
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sentinel on %s does not know the master: %v %v\n%s", addr, got, err, out.String())
+			t.Fatalf("sentinel on %s does not know the master: %v %v\n%s", addr, got, err, s.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

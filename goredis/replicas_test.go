@@ -8,11 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,20 +27,9 @@ import (
 // replica. The Sentinel stops when t ends.
 func startFastSentinel(t *testing.T, m *redistest.Replicated) string {
 	t.Helper()
-	port := redistest.FreePort(t)
-	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	err := os.WriteFile(conf, fmt.Appendf(nil, "port %d\nbind 127.0.0.1\nprotected-mode no\n"+
-		"sentinel monitor mymaster 127.0.0.1 %d 1\n"+
-		"sentinel down-after-milliseconds mymaster 300\n"+
-		"sentinel failover-timeout mymaster 3000\n", port, m.Primary.Port), 0o600)
-	require.NoError(t, err)
-	cmd := exec.Command(redistest.Binary(), conf, "--sentinel")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s := redistest.StartSentinel(t, fmt.Sprintf("sentinel monitor mymaster 127.0.0.1 %d 1", m.Primary.Port),
+		"sentinel down-after-milliseconds mymaster 300", "sentinel failover-timeout mymaster 3000")
+	addr := s.Addr
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: addr})
 	defer sentinel.Close()
 	deadline := time.Now().Add(20 * time.Second)
@@ -54,7 +39,7 @@ func startFastSentinel(t *testing.T, m *redistest.Replicated) string {
 			return addr
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sentinel on %s does not know the replica: %v %v\n%s", addr, replicas, err, out.String())
+			t.Fatalf("sentinel on %s does not know the replica: %v %v\n%s", addr, replicas, err, s.Log())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -87,3 +87,19 @@ func TestListensOnExitedProcess(t *testing.T) {
 		t.Fatalf("listensOn(an exited process, a port another holds) = %v, %v; want false, true", own, known)
 	}
 }
+
+// A Sentinel starts with the configuration lines given and answers on its
+// port.
+func TestStartSentinel(t *testing.T) {
+	master := Start(t)
+	s := StartSentinel(t, "sentinel monitor mymaster 127.0.0.1 "+strconv.Itoa(master.Port)+" 1")
+	c, err := redis.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, err := redis.Strings(c.Do("SENTINEL", "get-master-addr-by-name", "mymaster"))
+	if err != nil || len(got) != 2 || got[1] != strconv.Itoa(master.Port) {
+		t.Fatalf("SENTINEL get-master-addr-by-name mymaster = %q, %v; want port %d", got, err, master.Port)
+	}
+}
