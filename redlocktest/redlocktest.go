@@ -869,14 +869,7 @@ func (k *kit) subscribeServerStops(t *testing.T) {
 	done := p.run(ctx, sub)
 	p.expectReady(t, done, "kit:anchor", "kit:a")
 	s.Stop()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Error("Subscribe returned nil after its server stopped")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Subscribe still running 10s after its server stopped")
-	}
+	expectFailed(t, done, 10*time.Second, "its server stopped")
 }
 
 // subscribeServerUnsubscribes: an "unsubscribe" that the server sends on
@@ -902,14 +895,7 @@ func (k *kit) subscribeServerUnsubscribes(t *testing.T) {
 	p.expectMessage(t, done, "kit:anchor", "two")
 
 	f.kick("kit:anchor")
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Error("Subscribe returned nil after the server ended its subscription")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Subscribe still running 5s after the server ended its subscription on its own")
-	}
+	expectFailed(t, done, 5*time.Second, "the server ended its subscription on its own")
 }
 
 // A probe is the core's side of a driver.Subscription, as the kit plays
@@ -1028,6 +1014,20 @@ func (p *probe) setThen(channels, next []string) {
 	p.then = next
 	p.mu.Unlock()
 	p.set(channels...)
+}
+
+// expectFailed waits up to within for Subscribe to return, after what
+// happened, and fails t unless it returns an error.
+func expectFailed(t *testing.T, done <-chan error, within time.Duration, after string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("Subscribe returned nil after %s", after)
+		}
+	case <-time.After(within):
+		t.Fatalf("Subscribe still running %v after %s", within, after)
+	}
 }
 
 // next returns the next event, failing t if none comes within 5 seconds or

@@ -82,13 +82,7 @@ func StartClockRate(t testing.TB, rate float64, extra ...string) *Server {
 		t.Fatalf("clock rate %v must be positive", rate)
 	}
 	return startFree(t, fmt.Sprintf("redis-server under libfaketime (FAKETIME=%q)", FaketimeSpec(rate)), nil, func(port int) *Server {
-		args := append([]string{
-			"--port", strconv.Itoa(port),
-			"--bind", "127.0.0.1",
-			"--protected-mode", "no",
-			"--save", "",
-			"--appendonly", "no",
-		}, extra...)
+		args := append(localArgs(port), extra...)
 		// Debian's redis-server always, not Binary(): libfaketime and the
 		// malloc shim are bookworm's, and must match the server's C library.
 		cmd := exec.Command("redis-server", args...)

@@ -134,21 +134,28 @@ func startFree(t testing.TB, what string, dial []redis.DialOption, start func(po
 func StartOnPort(t testing.TB, port int, extra ...string) *Server {
 	t.Helper()
 	Require(t)
-	args := append([]string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--protected-mode", "no",
-		"--save", "",
-		"--appendonly", "no",
+	args := append(localArgs(port),
 		// Its own directory: a replica's full sync writes the RDB it
 		// receives there, which a server started later in the same
 		// directory would load (and refuse, if a newer server wrote it).
 		"--dir", t.TempDir(),
 		// A replica's full sync starts at once, not after the 5 s a
 		// primary waits by default for more replicas to share it.
-		"--repl-diskless-sync-delay", "0",
-	}, extra...)
+		"--repl-diskless-sync-delay", "0")
+	args = append(args, extra...)
 	return spawn(t, exec.Command(Binary(), args...), port)
+}
+
+// localArgs are the arguments of a server on loopback port with
+// persistence off.
+func localArgs(port int) []string {
+	return []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--protected-mode", "no",
+		"--save", "",
+		"--appendonly", "no",
+	}
 }
 
 // spawn starts cmd, a server that listens on port, and stops it when t
