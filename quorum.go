@@ -301,7 +301,7 @@ func (c *Client) fanout(ctx context.Context, r round) (won bool, t tally) {
 	// torn down mid-reply when the caller stops waiting: their connections
 	// stay usable, and the undo can follow them. It ends at the deadline, or
 	// once every op has returned and sent its ballot.
-	f.ops.start(ctx, deadline, r.detached)
+	f.ops.start(ctx, deadline, r.detached, &c.expiry)
 	f.running.Store(int32(n))
 	f.pending = f.pendBuf[:0]
 	f.votes = f.voteBuf[:0]
@@ -723,7 +723,16 @@ type opsContext struct {
 	deadline time.Time
 	done     chan struct{}
 	ended    atomic.Int32 // why it ended, set once before done is closed: endCanceled or endDeadline
-	timer    *time.Timer  // set before any op starts
+
+	// What ends it at the deadline, set before any op starts: queued (at
+	// slot) on its Client's expiries, or else timer. due is the deadline
+	// read on the monotonic clock, as the timers count it: a deadline from
+	// a caller's ctx may carry a wall-clock reading only, which a step of
+	// the wall clock would move.
+	due    time.Time
+	queued *expiries
+	slot   uint64
+	timer  *time.Timer
 
 	mu    sync.Mutex // guards after and fired
 	after []*afterFunc
@@ -744,8 +753,10 @@ type afterFunc struct {
 
 // start readies o for a round that ends at deadline, before its ops start.
 // detached: ctx has no cancellation to hide (context.WithoutCancel's).
-// Neither has context.Background or TODO.
-func (o *opsContext) start(ctx context.Context, deadline time.Time, detached bool) {
+// Neither has context.Background or TODO. e, if not nil, is the Client's
+// queue of deadlines, which o joins unless its deadline comes before the
+// last one queued; otherwise o has a timer of its own.
+func (o *opsContext) start(ctx context.Context, deadline time.Time, detached bool, e *expiries) {
 	o.values, o.deadline, o.done = ctx, deadline, make(chan struct{})
 	if !detached && ctx != context.Background() && ctx != context.TODO() {
 		o.values = context.WithoutCancel(ctx)
@@ -753,6 +764,10 @@ func (o *opsContext) start(ctx context.Context, deadline time.Time, detached boo
 	d := time.Until(deadline)
 	if d <= 0 {
 		o.end(endDeadline)
+		return
+	}
+	o.due = time.Now().Add(d)
+	if e != nil && e.add(o) {
 		return
 	}
 	o.timer = time.AfterFunc(d, o.expire)
@@ -768,7 +783,11 @@ func (o *opsContext) end(why int32) {
 	}
 	close(o.done)
 	if why != endDeadline {
-		o.timer.Stop()
+		if o.queued != nil {
+			o.queued.forget(o)
+		} else {
+			o.timer.Stop()
+		}
 	}
 	o.mu.Lock()
 	after := o.after
@@ -826,3 +845,125 @@ func (o *opsContext) Err() error {
 }
 
 func (o *opsContext) String() string { return "redlock round context" }
+
+// Round deadlines: one timer per Client.
+//
+// A round's node context (opsContext) must end at its deadline, and nearly
+// every round ends long before, once its nodes have answered. A timer per
+// round (time.AfterFunc, stopped at the round's end) put a timer on the
+// runtime's heap and took it off again for each of the two rounds of a
+// Lock+Unlock. A round whose deadline is the node timeout from its start,
+// as almost all are, begins after the rounds before it and ends after them
+// too: their deadlines come in the order they start. So a Client queues its
+// rounds in that order, and one timer, set for the oldest one still
+// running, ends each whose deadline has passed. A round that ends first
+// clears its slot, so that the queue keeps no round's state past its end,
+// and the empty slots at the front are dropped as rounds join. A round
+// whose deadline comes before the last one queued (a caller's ctx deadline
+// sooner than the node timeout, or two goroutines' clock readings crossing)
+// has a timer of its own.
+//
+// The timer may fire for a round that has ended: it then moves on to the
+// oldest round still running, about once per node timeout when every
+// round ends early. Deadlines are compared on the monotonic clock
+// (opsContext.due), as a timer of the round's own would count them.
+type expiries struct {
+	mu    sync.Mutex
+	queue []*opsContext // in the order of their deadlines; nil where a round ended first
+	head  int           // queue[:head] is spent
+	base  uint64        // the slot of queue[0]: rounds queued before it
+	last  time.Time     // the due time of the last round queued
+	timer *time.Timer   // fires expire; set or due while armed
+	armed bool          // timer is set, for queue[head]'s deadline or sooner
+}
+
+// add queues o, which has not started its ops, unless its deadline comes
+// before the last one queued; it reports whether it did.
+func (e *expiries) add(o *opsContext) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if o.due.Before(e.last) {
+		return false
+	}
+	for e.head < len(e.queue) && e.queue[e.head] == nil {
+		e.head++ // rounds that ended first
+	}
+	e.compact()
+	o.queued, o.slot = e, e.base+uint64(len(e.queue))
+	e.queue = append(e.queue, o)
+	e.last = o.due
+	if !e.armed {
+		e.arm(o.due)
+	}
+	return true
+}
+
+// forget clears the slot of o, a round that ended before its deadline.
+func (e *expiries) forget(o *opsContext) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if o.slot < e.base {
+		return // expire took it, and the queue has moved on
+	}
+	if i := o.slot - e.base; i >= uint64(e.head) && i < uint64(len(e.queue)) && e.queue[i] == o {
+		e.queue[i] = nil
+	}
+}
+
+// expire ends the queued rounds whose deadline has passed, and sets the
+// timer for the next one still running.
+func (e *expiries) expire() {
+	now := time.Now()
+	var due []*opsContext
+	e.mu.Lock()
+	e.armed = false
+	for e.head < len(e.queue) {
+		o := e.queue[e.head]
+		if o != nil && now.Before(o.due) {
+			e.arm(o.due)
+			break
+		}
+		e.queue[e.head] = nil
+		e.head++
+		if o != nil {
+			due = append(due, o)
+		}
+	}
+	e.compact()
+	e.mu.Unlock()
+	for _, o := range due {
+		o.end(endDeadline)
+	}
+}
+
+// arm sets the timer for due; e.mu is held.
+func (e *expiries) arm(due time.Time) {
+	d := time.Until(due)
+	if e.timer == nil {
+		e.timer = time.AfterFunc(d, e.expire)
+	} else {
+		e.timer.Reset(d)
+	}
+	e.armed = true
+}
+
+// compact drops the spent front of the queue, reusing its storage unless
+// a burst made it much larger than what is queued; e.mu is held.
+func (e *expiries) compact() {
+	switch spent := e.head; {
+	case spent == 0:
+		return
+	case spent < len(e.queue) && (spent < 64 || 2*spent < len(e.queue)):
+		return // a few spent slots, or fewer than half: not worth a copy yet
+	}
+	live := e.queue[e.head:]
+	if cap(e.queue) > 1024 && cap(e.queue) > 4*len(live) {
+		e.queue = append(make([]*opsContext, 0, 2*len(live)), live...)
+	} else {
+		n := copy(e.queue, live)
+		clear(e.queue[n:])
+		e.queue = e.queue[:n]
+	}
+	e.base += uint64(e.head)
+	e.head = 0
+}

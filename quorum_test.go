@@ -3,7 +3,9 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,7 +157,7 @@ func TestOpsContext(t *testing.T) {
 
 	var o opsContext
 	deadline := time.Now().Add(50 * time.Millisecond)
-	o.start(parent, deadline, false)
+	o.start(parent, deadline, false, nil)
 	if d, ok := o.Deadline(); !ok || !d.Equal(deadline) {
 		t.Errorf("Deadline() = %v, %v; want %v, true", d, ok, deadline)
 	}
@@ -185,7 +187,7 @@ func TestOpsContext(t *testing.T) {
 	}
 
 	var e opsContext
-	e.start(context.Background(), time.Now().Add(time.Hour), false)
+	e.start(context.Background(), time.Now().Add(time.Hour), false, nil)
 	e.end(endCanceled)
 	select {
 	case <-e.Done():
@@ -200,7 +202,7 @@ func TestOpsContext(t *testing.T) {
 	}
 
 	var p opsContext // a deadline already past: ended at once, no timer
-	p.start(context.Background(), time.Now().Add(-time.Millisecond), false)
+	p.start(context.Background(), time.Now().Add(-time.Millisecond), false, nil)
 	if err := p.Err(); err != context.DeadlineExceeded {
 		t.Errorf("Err() = %v with the deadline past at start; want DeadlineExceeded", err)
 	}
@@ -209,7 +211,7 @@ func TestOpsContext(t *testing.T) {
 	// context.WithoutCancel's already).
 	var r opsContext
 	detached := context.WithoutCancel(parent)
-	r.start(detached, time.Now().Add(time.Hour), true)
+	r.start(detached, time.Now().Add(time.Hour), true, nil)
 	if r.values != detached {
 		t.Error("a detached ctx was wrapped again")
 	}
@@ -222,7 +224,7 @@ func TestOpsContext(t *testing.T) {
 // then never runs; one registered after runs at once.
 func TestOpsContextAfterFunc(t *testing.T) {
 	var o opsContext
-	o.start(context.Background(), time.Now().Add(time.Hour), false)
+	o.start(context.Background(), time.Now().Add(time.Hour), false, nil)
 	const n = 50
 	before := runtime.NumGoroutine()
 	var children []context.Context
@@ -284,7 +286,7 @@ func TestOpsContextEndWhileDeriving(t *testing.T) {
 	// The moment between end's claim and its closing of Done: a function
 	// registered then waits for end to run it, after Done is closed.
 	var m opsContext
-	m.start(context.Background(), time.Now().Add(time.Hour), false)
+	m.start(context.Background(), time.Now().Add(time.Hour), false, nil)
 	m.ended.Store(endCanceled)
 	m.AfterFunc(func() {})
 	if len(m.after) != 1 {
@@ -294,7 +296,7 @@ func TestOpsContextEndWhileDeriving(t *testing.T) {
 
 	for range 2000 {
 		var o opsContext
-		o.start(context.Background(), time.Now().Add(time.Hour), false)
+		o.start(context.Background(), time.Now().Add(time.Hour), false, nil)
 		var wg sync.WaitGroup
 		children := make(chan context.Context, 12)
 		ready := make(chan struct{})
@@ -326,5 +328,162 @@ func TestOpsContextEndWhileDeriving(t *testing.T) {
 				t.Fatal("a context derived as the round's ended outlived it")
 			}
 		}
+	}
+}
+
+// ended waits up to 5 s for o to end, and reports its error and when it
+// ended.
+func ended(t *testing.T, o *opsContext) (error, time.Time) {
+	t.Helper()
+	select {
+	case <-o.Done():
+		return o.Err(), time.Now()
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a round's context (deadline in %v) still running 5s on", time.Until(o.deadline).Round(time.Millisecond))
+		return nil, time.Time{}
+	}
+}
+
+// Queued on a Client's expiries, rounds end at their deadlines, never
+// before, with DeadlineExceeded; those ended first end Canceled, and the
+// timer, set for the first of them, moves on to the rounds still running.
+func TestExpiriesEndRoundsAtTheirDeadlines(t *testing.T) {
+	var e expiries
+	now := time.Now()
+	var os [12]opsContext
+	for i := range os {
+		os[i].start(context.Background(), now.Add(time.Duration(200+10*i)*time.Millisecond), false, &e)
+		if os[i].queued != &e || os[i].timer != nil {
+			t.Fatalf("round %d, deadline after the last queued: not queued", i)
+		}
+	}
+	for i := 0; i < len(os); i += 3 { // the first one, and every third
+		os[i].end(endCanceled)
+	}
+	for i := range os {
+		err, at := ended(t, &os[i])
+		switch {
+		case i%3 == 0 && err != context.Canceled:
+			t.Errorf("round %d, ended first: Err() = %v, want Canceled", i, err)
+		case i%3 != 0 && err != context.DeadlineExceeded:
+			t.Errorf("round %d: Err() = %v, want DeadlineExceeded", i, err)
+		case i%3 != 0 && at.Before(os[i].deadline):
+			t.Errorf("round %d ended %v before its deadline", i, os[i].deadline.Sub(at))
+		}
+	}
+}
+
+// A round whose deadline comes before the last one queued (a caller's ctx
+// deadline, say) has a timer of its own: queued behind a later deadline,
+// it would end only then.
+func TestExpiriesRoundWithAnEarlierDeadline(t *testing.T) {
+	var e expiries
+	var late, early opsContext
+	late.start(context.Background(), time.Now().Add(time.Hour), false, &e)
+	defer late.end(endCanceled)
+	early.start(context.Background(), time.Now().Add(200*time.Millisecond), false, &e)
+	if early.queued != nil || early.timer == nil {
+		t.Fatal("a round with an earlier deadline than the last queued was queued")
+	}
+	if err, at := ended(t, &early); err != context.DeadlineExceeded || at.Before(early.deadline) {
+		t.Errorf("Err() = %v, %v after its deadline; want DeadlineExceeded, after", err, at.Sub(early.deadline))
+	}
+}
+
+// A round that ends first leaves the queue at once: the queue keeps no
+// round's state (its fan, its caller's ctx values) past its end, whatever
+// the node timeout. Its empty slots stay while an older round runs (at
+// most a node timeout), and are dropped when the next round joins after
+// that.
+func TestExpiriesKeepNoEndedRound(t *testing.T) {
+	var e expiries
+	var running opsContext // the oldest round, still running: the front of the queue stays
+	running.start(context.Background(), time.Now().Add(time.Hour), false, &e)
+	for range 5000 {
+		o := new(opsContext)
+		o.start(context.Background(), time.Now().Add(time.Hour), false, &e)
+		o.end(endCanceled)
+	}
+	e.mu.Lock()
+	held := 0
+	for _, o := range e.queue[e.head:] {
+		if o != nil && o != &running {
+			held++
+		}
+	}
+	e.mu.Unlock()
+	if held > 0 {
+		t.Errorf("the queue holds %d of 5000 rounds ended first", held)
+	}
+	running.end(endCanceled)
+	var next opsContext
+	next.start(context.Background(), time.Now().Add(time.Hour), false, &e)
+	defer next.end(endCanceled)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n := len(e.queue) - e.head; n != 1 {
+		t.Errorf("%d slots queued after the older rounds ended and one joined; want 1", n)
+	}
+	if len(e.queue) > 64 || cap(e.queue) > 1024 {
+		t.Errorf("the queue has %d slots and room for %d after the burst; want 1 and its storage given back", len(e.queue), cap(e.queue))
+	}
+}
+
+// Rounds started and ended from many goroutines at once, some at their
+// deadlines and some before, each end: those not ended first with
+// DeadlineExceeded, not before their deadline, and within 5 s of it
+// (go test -race checks the queue's locking).
+func TestExpiriesConcurrentRounds(t *testing.T) {
+	var e expiries
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				o := new(opsContext)
+				d := time.Duration(1+(g+i)%5) * time.Millisecond
+				o.start(context.Background(), time.Now().Add(d), false, &e)
+				first := i%2 == 0
+				if first {
+					o.end(endCanceled)
+				}
+				select {
+				case <-o.Done():
+					if now := time.Now(); !first && (o.Err() != context.DeadlineExceeded || now.Before(o.deadline)) {
+						errs <- fmt.Sprintf("a round ended %v from its deadline with %v", now.Sub(o.deadline), o.Err())
+						return
+					}
+				case <-time.After(5 * time.Second):
+					errs <- "a round outlived its deadline by 5s"
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for s := range errs {
+		t.Error(s)
+	}
+}
+
+// A caller's ctx deadline may carry a wall-clock reading only (a time
+// from time.Date or Round(0)); the queue orders and ends rounds by their
+// deadline read on the monotonic clock, as a timer of their own would, so
+// that a step of the wall clock moves no round's end.
+func TestExpiriesCountOnTheMonotonicClock(t *testing.T) {
+	var e expiries
+	var o opsContext
+	wall := time.Now().Add(time.Hour).Round(0)
+	o.start(context.Background(), wall, false, &e)
+	defer o.end(endCanceled)
+	if o.queued != &e {
+		t.Fatal("not queued")
+	}
+	if !strings.Contains(o.due.String(), "m=") {
+		t.Errorf("the queue's due time %v has no monotonic reading", o.due)
+	}
+	if d, _ := o.Deadline(); !d.Equal(wall) {
+		t.Errorf("Deadline() = %v; want the caller's %v", d, wall)
 	}
 }

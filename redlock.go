@@ -64,6 +64,7 @@ type Client struct {
 	channel any    // the key prefix and releaseChannelPrefix, as a command argument; "" with wake-up off
 
 	calls   inflight      // node calls running, including those no caller waits for
+	expiry  expiries      // ends its rounds' node contexts at their deadlines (quorum.go)
 	closed  atomic.Bool   // Close has been called
 	closing chan struct{} // closed by Close: wakes every waiting call (engine.go)
 	closers closers       // what Close must end: leaderships, Do loops
