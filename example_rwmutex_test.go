@@ -21,6 +21,7 @@ func ExampleRWMutex() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer client.Close()
 	ctx := context.Background()
 	rw := client.RWMutex("catalog")
 
@@ -68,6 +69,7 @@ func ExampleRWMutex_RDo() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer client.Close()
 	rw := client.RWMutex("catalog")
 	err = rw.RDo(context.Background(), 10*time.Second, func(ctx context.Context) error {
 		fmt.Println("reading while held:", redlock.HeldLock(ctx) != nil)

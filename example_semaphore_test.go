@@ -22,6 +22,7 @@ func ExampleClient_Semaphore() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer client.Close()
 	ctx := context.Background()
 
 	sem, err := client.Semaphore("licences", 2)
@@ -74,6 +75,7 @@ func ExampleSemaphore_Do() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer client.Close()
 	sem, err := client.Semaphore("crawler", 1)
 	if err != nil {
 		log.Fatal(err)
@@ -97,6 +99,7 @@ func ExampleWithWeight() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer client.Close()
 	ctx := context.Background()
 	big, err := client.Semaphore("gpus", 3, redlock.WithWeight(2))
 	if err != nil {

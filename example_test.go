@@ -49,6 +49,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer client.Close()
 	ctx := context.Background()
 
 	lock, err := client.Lock(ctx, "invoice:42", 10*time.Second)
@@ -82,6 +83,7 @@ func ExampleClient_TryLock() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer client.Close()
 	ctx := context.Background()
 
 	held, err := client.TryLock(ctx, "report", time.Minute)

@@ -55,6 +55,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer locker.Close()
 	ctx := context.Background()
 	lock, err := locker.Lock(ctx, "invoice:42", 10*time.Second)
 	if err != nil {
@@ -125,6 +126,7 @@ func Example_fencing() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer locker.Close()
 	ctx := context.Background()
 	first, err := locker.Lock(ctx, "doc:7", time.Second)
 	if err != nil {

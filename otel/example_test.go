@@ -33,6 +33,7 @@ func ExampleNewObserver() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer locker.Close()
 	_ = locker
 }
 

@@ -41,6 +41,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer locker.Close()
 	ctx := context.Background()
 	lock, err := locker.Lock(ctx, "report:2024-06", 10*time.Second)
 	if err != nil {
@@ -95,5 +96,5 @@ func ExampleNewPool_clusterAndSentinel() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = locker
+	defer locker.Close()
 }

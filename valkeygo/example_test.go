@@ -43,6 +43,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer locker.Close()
 	ctx := context.Background()
 	lock, err := locker.Lock(ctx, "report:2024-06", 10*time.Second)
 	if err != nil {
@@ -97,5 +98,5 @@ func ExampleNewPool_clusterAndSentinel() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = locker
+	defer locker.Close()
 }
