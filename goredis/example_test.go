@@ -39,7 +39,7 @@ func Example() {
 			// Let the node timeout bound each socket read and write.
 			ContextTimeoutEnabled: true,
 			// One dial per attempt: go-redis's 5 dials, 100 ms apart,
-			// outlast the node timeout anyway.
+			// outlast the default node timeout (50 ms) anyway.
 			DialerRetries: 1,
 			// Bound what ctx does not: a TLS dial, a wait for a connection.
 			DialTimeout: 250 * time.Millisecond,
@@ -50,8 +50,10 @@ func Example() {
 	}
 
 	// With a majority down, Lock gives up after 5 tries: at most
-	// 5 × (50 ms node timeout + 250 ms retry delay) = 1.5 s.
-	locker, err := redlock.New(pools, redlock.WithTries(5))
+	// 5 × (node timeout + 250 ms retry delay). Nodes in this process, on a
+	// busy test machine, may need more than the default node timeout
+	// (50 ms): 1 s here.
+	locker, err := redlock.New(pools, redlock.WithTries(5), redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -122,7 +124,8 @@ func Example_fencing() {
 	defer data.Close()
 	resource := goredis.NewPool(data)
 
-	locker, err := redlock.New(pools, redlock.WithFencing())
+	// A node timeout of 1 s, for nodes in this process on a busy machine.
+	locker, err := redlock.New(pools, redlock.WithFencing(), redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

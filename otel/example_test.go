@@ -34,7 +34,6 @@ func ExampleNewObserver() {
 		log.Fatal(err)
 	}
 	defer locker.Close()
-	_ = locker
 }
 
 // Lock and unlock over three masters, and read the outcome counter back
@@ -58,7 +57,9 @@ func Example() {
 		defer p.Close()
 		pools = append(pools, p)
 	}
-	locker, err := redlock.New(pools, redlock.WithObserver(obs))
+	// Nodes in this process, on a busy test machine, may need more than
+	// the default node timeout (50 ms).
+	locker, err := redlock.New(pools, redlock.WithObserver(obs), redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

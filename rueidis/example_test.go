@@ -37,7 +37,9 @@ func Example() {
 		pools = append(pools, redlockrueidis.NewPool(client))
 	}
 
-	locker, err := redlock.New(pools)
+	// Nodes in this process, on a busy test machine, may need more than
+	// the default node timeout (50 ms).
+	locker, err := redlock.New(pools, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
