@@ -761,12 +761,13 @@ func (o *opsContext) start(ctx context.Context, deadline time.Time, detached boo
 	if !detached && ctx != context.Background() && ctx != context.TODO() {
 		o.values = context.WithoutCancel(ctx)
 	}
-	d := time.Until(deadline)
+	now := time.Now()
+	d := deadline.Sub(now)
 	if d <= 0 {
 		o.end(endDeadline)
 		return
 	}
-	o.due = time.Now().Add(d)
+	o.due = now.Add(d)
 	if e != nil && e.add(o) {
 		return
 	}
