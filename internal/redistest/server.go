@@ -197,9 +197,9 @@ func (s *Server) WaitReadyWith(timeout time.Duration, opts ...redis.DialOption) 
 		select {
 		case <-s.exited:
 			if strings.Contains(s.Log(), "Address already in use") {
-				return fmt.Errorf("%w: %s exited", ErrPortTaken, Binary())
+				return fmt.Errorf("%w: %s exited", ErrPortTaken, s.cmd.Path)
 			}
-			return fmt.Errorf("%s exited before it answered", Binary())
+			return fmt.Errorf("%s exited before it answered", s.cmd.Path)
 		default:
 		}
 		c, err := redis.DialContext(ctx, "tcp", s.Addr, opts...)
