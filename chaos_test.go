@@ -46,6 +46,7 @@ const chaosSeedEnv = "REDLOCK_CHAOS_SEED"
 // bounds carry chaosSlack for the load.
 func chaosStart(t *testing.T, opts redistest.ClusterOptions) *redistest.Cluster {
 	t.Helper()
+	stalls.watch(t)
 	c := redistest.StartCluster(t, opts)
 	t.Logf("%d nodes from %s", len(c.Nodes), c.Image())
 	return c

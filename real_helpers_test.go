@@ -2,6 +2,8 @@ package redlock_test
 
 import (
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,9 +125,146 @@ func realAwaitToken(t *testing.T, addrs []string, key, token string) {
 	}
 }
 
-// realTimed returns how long f took.
+// realTimed returns how long f took, less the time the whole test process
+// stood still meanwhile, as the stall watcher saw it (while a chaos test
+// runs: chaosStart). The bounds checked against it are the library's: a
+// two-core machine running the race detector beside Docker's faults and
+// other packages' tests has been seen to stop the process for more than a
+// second, and a round's deadline cannot fire while nothing runs.
 func realTimed(f func()) time.Duration {
 	start := time.Now()
 	f()
-	return time.Since(start)
+	end := time.Now()
+	d := end.Sub(start)
+	if d > stallMin {
+		d -= stalls.during(start, end)
+	}
+	return d
+}
+
+// stallMin is the shortest stall the watcher records: a pause of the
+// process longer than any a loaded machine's scheduler causes in passing.
+// stallTick is how often the watcher wakes.
+const (
+	stallMin  = 50 * time.Millisecond
+	stallTick = 5 * time.Millisecond
+)
+
+// stalls watches for pauses of the whole test process: spans in which a
+// goroutine that asks to wake every stallTick was not run for more than
+// stallMin beyond it (a VM's vCPU descheduled, the process starved by the
+// machine's other work, a long stop-the-world). Being a timer of the same
+// runtime as the library's, it is late exactly when theirs would be; a
+// late timer of the library's own alone is not excused.
+var stalls stallWatch
+
+type stallWatch struct {
+	mu    sync.Mutex
+	users int
+	stop  chan struct{}
+	done  chan struct{}
+	woke  time.Time     // the watcher's latest wake-up
+	spans []stallSpan   // the stalls seen, oldest first (at most stallKeep)
+	count int           // stalls seen since the watcher started
+	total time.Duration // their length
+	most  time.Duration // the longest
+}
+
+type stallSpan struct{ from, to time.Time }
+
+const stallKeep = 1024
+
+// watch starts the watcher for t, unless it runs already, and stops it once
+// the last test that asked for it has ended; t's log then says what it saw.
+func (s *stallWatch) watch(t testing.TB) {
+	s.mu.Lock()
+	if s.users == 0 {
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		s.woke, s.spans, s.count, s.total, s.most = time.Now(), nil, 0, 0, 0
+		go s.run(s.stop, s.done)
+	}
+	s.users++
+	count0 := s.count
+	s.mu.Unlock()
+	t.Cleanup(func() {
+		s.mu.Lock()
+		seen, most := s.count-count0, s.most
+		s.users--
+		var stop, done chan struct{}
+		if s.users == 0 {
+			stop, done = s.stop, s.done
+		}
+		s.mu.Unlock()
+		if seen > 0 {
+			t.Logf("the test process stood still %d times while this test ran (the longest of the watcher's run: %v); timed calls do not count those spans", seen, most)
+		}
+		if stop != nil {
+			close(stop)
+			<-done
+		}
+	})
+}
+
+func (s *stallWatch) run(stop, done chan struct{}) {
+	defer close(done)
+	tick := time.NewTicker(stallTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		s.mu.Lock()
+		if gap := now.Sub(s.woke); gap > stallTick+stallMin {
+			if len(s.spans) == stallKeep {
+				s.spans = slices.Delete(s.spans, 0, stallKeep/2)
+			}
+			s.spans = append(s.spans, stallSpan{s.woke.Add(stallTick), now})
+			s.count++
+			s.total += gap - stallTick
+			s.most = max(s.most, gap-stallTick)
+		}
+		s.woke = now
+		s.mu.Unlock()
+	}
+}
+
+// during returns how long the process stood still between from and to. It
+// first waits (a few ticks at most) for the watcher to wake after to, so
+// that a stall that ended just before to has been recorded.
+func (s *stallWatch) during(from, to time.Time) time.Duration {
+	for range 40 {
+		s.mu.Lock()
+		running, woke := s.users > 0, s.woke
+		s.mu.Unlock()
+		if !running || !woke.Before(to) {
+			break
+		}
+		time.Sleep(stallTick)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var d time.Duration
+	for _, sp := range s.spans {
+		if lo, hi := later(sp.from, from), earlier(sp.to, to); hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
