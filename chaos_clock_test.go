@@ -43,6 +43,8 @@ import (
 //     shows that the allowance is what keeps the x1.008 case safe.
 func TestChaosClockRate(t *testing.T) {
 	t.Parallel() // chaosStart says why
+	// chaosStart's first step; this test starts its servers itself.
+	stalls.watch(t)
 	five := func(r float64) []float64 { return []float64{r, r, r, r, r} }
 	cases := []struct {
 		name  string

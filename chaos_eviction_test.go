@@ -39,6 +39,8 @@ import (
 // room now and then.
 func TestChaosEviction(t *testing.T) {
 	t.Parallel() // chaosStart says why
+	// chaosStart's first step; this test starts its servers itself.
+	stalls.watch(t)
 	cases := []struct {
 		policy  string
 		junkTTL bool // junk keys get a 1 h ttl, so they are volatile too

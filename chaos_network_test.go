@@ -45,6 +45,8 @@ const chaosNetSeedEnv = "REDLOCK_CHAOS_NET_SEED"
 // a replay repeats the faults but not every delay.
 func TestChaosNetworkFaults(t *testing.T) {
 	t.Parallel() // chaosStart says why
+	// chaosStart's first step; this test starts its servers itself.
+	stalls.watch(t)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(chaosNetSeedEnv); s != "" {
 		var err error

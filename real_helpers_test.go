@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -125,49 +126,61 @@ func realAwaitToken(t *testing.T, addrs []string, key, token string) {
 	}
 }
 
-// realTimed returns how long f took, less the time the whole test process
-// stood still meanwhile, as the stall watcher saw it (while a chaos test
-// runs: chaosStart). The bounds checked against it are the library's: a
-// two-core machine running the race detector beside Docker's faults and
-// other packages' tests has been seen to stop the process for more than a
-// second, and a round's deadline cannot fire while nothing runs.
+// realTimed returns how long f took, less the spans in which the stall
+// watcher's goroutine waited more than stallMin past its tick to run (only
+// while a watcher runs: the chaos tests start one, see stallWatch). The
+// bounds checked against it are the library's: a two-core machine running
+// the race detector beside Docker's faults and other packages' tests has
+// starved the process for more than a second, and no deadline of the
+// library's can end a call while the runtime cannot run it. Each call
+// that has time taken out is logged, with both times, by the tests that
+// run the watcher (stallWatch.watch).
 func realTimed(f func()) time.Duration {
 	start := time.Now()
 	f()
 	end := time.Now()
 	d := end.Sub(start)
 	if d > stallMin {
-		d -= stalls.during(start, end)
+		if left := stalls.during(start, end); left > 0 {
+			stalls.excused(d, left)
+			d -= left
+		}
 	}
 	return d
 }
 
-// stallMin is the shortest stall the watcher records: a pause of the
-// process longer than any a loaded machine's scheduler causes in passing.
-// stallTick is how often the watcher wakes.
+// stallMin is the shortest stall the watcher records: a wait far longer
+// than a timer-woken goroutine sees on a busy machine whose scheduler
+// preempts every 10 ms. stallTick is how often the watcher wakes.
 const (
 	stallMin  = 50 * time.Millisecond
 	stallTick = 5 * time.Millisecond
 )
 
-// stalls watches for pauses of the whole test process: spans in which a
-// goroutine that asks to wake every stallTick was not run for more than
-// stallMin beyond it (a VM's vCPU descheduled, the process starved by the
-// machine's other work, a long stop-the-world). Being a timer of the same
-// runtime as the library's, it is late exactly when theirs would be; a
-// late timer of the library's own alone is not excused.
+// stalls watches for spans in which this process could not run a
+// goroutine woken by a timer: a goroutine that asks to wake every
+// stallTick and finds it was not run for more than stallMin past it
+// records the span. Its causes are outside the library: the vCPUs
+// descheduled, the process starved by the machine's other work, a long
+// stop-the-world. The library's deadlines are timers of the same runtime,
+// ended by goroutines of the same scheduler, so in such a span they wait
+// too; the watcher being late does not prove that a given call was, but a
+// deadline of the library's that fires late while the watcher's does not
+// is still caught, and every call the subtraction excuses is logged.
 var stalls stallWatch
 
 type stallWatch struct {
-	mu    sync.Mutex
-	users int
-	stop  chan struct{}
-	done  chan struct{}
-	woke  time.Time     // the watcher's latest wake-up
-	spans []stallSpan   // the stalls seen, oldest first (at most stallKeep)
-	count int           // stalls seen since the watcher started
-	total time.Duration // their length
-	most  time.Duration // the longest
+	life sync.Mutex // held while the watcher starts or stops: one runs at a time
+
+	mu      sync.Mutex
+	users   int
+	stop    chan struct{}
+	done    chan struct{}
+	woke    time.Time   // the watcher's latest wake-up
+	spans   []stallSpan // the stalls seen, oldest first (at most stallKeep)
+	count   int         // stalls seen since the watcher started
+	most    time.Duration
+	excuses []string // the timed calls the spans left out time of
 }
 
 type stallSpan struct{ from, to time.Time }
@@ -175,32 +188,48 @@ type stallSpan struct{ from, to time.Time }
 const stallKeep = 1024
 
 // watch starts the watcher for t, unless it runs already, and stops it once
-// the last test that asked for it has ended; t's log then says what it saw.
+// the last test that asked for it has ended; t's log then says what it saw
+// and which timed calls it left time out of.
 func (s *stallWatch) watch(t testing.TB) {
+	s.life.Lock()
 	s.mu.Lock()
 	if s.users == 0 {
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
-		s.woke, s.spans, s.count, s.total, s.most = time.Now(), nil, 0, 0, 0
+		s.woke, s.spans, s.count, s.most, s.excuses = time.Now(), nil, 0, 0, nil
 		go s.run(s.stop, s.done)
 	}
 	s.users++
-	count0 := s.count
+	count0, excused0 := s.count, len(s.excuses)
 	s.mu.Unlock()
+	s.life.Unlock()
 	t.Cleanup(func() {
+		s.life.Lock()
+		defer s.life.Unlock()
 		s.mu.Lock()
 		seen, most := s.count-count0, s.most
+		excuses := slices.Clone(s.excuses[excused0:])
 		s.users--
-		var stop, done chan struct{}
-		if s.users == 0 {
-			stop, done = s.stop, s.done
+		stop, done := s.stop, s.done
+		if s.users > 0 {
+			stop = nil
 		}
 		s.mu.Unlock()
 		if seen > 0 {
-			t.Logf("the test process stood still %d times while this test ran (the longest of the watcher's run: %v); timed calls do not count those spans", seen, most)
+			t.Logf("the stall watcher saw %d spans of more than %v while this test ran (the longest of its run: %v)", seen, stallMin, most)
+		}
+		for i, e := range excuses {
+			if i == 20 {
+				t.Logf("and %d more timed calls with stalls left out", len(excuses)-i)
+				break
+			}
+			t.Logf("timed call: %s", e)
 		}
 		if stop != nil {
 			close(stop)
 			<-done
+			s.mu.Lock()
+			s.spans, s.excuses = nil, nil
+			s.mu.Unlock()
 		}
 	})
 }
@@ -223,7 +252,6 @@ func (s *stallWatch) run(stop, done chan struct{}) {
 			}
 			s.spans = append(s.spans, stallSpan{s.woke.Add(stallTick), now})
 			s.count++
-			s.total += gap - stallTick
 			s.most = max(s.most, gap-stallTick)
 		}
 		s.woke = now
@@ -231,9 +259,9 @@ func (s *stallWatch) run(stop, done chan struct{}) {
 	}
 }
 
-// during returns how long the process stood still between from and to. It
-// first waits (a few ticks at most) for the watcher to wake after to, so
-// that a stall that ended just before to has been recorded.
+// during returns how much of the span from from to to the watcher saw as
+// stalls. It first waits (a few ticks at most) for the watcher to wake
+// after to, so that a stall that ended just before to has been recorded.
 func (s *stallWatch) during(from, to time.Time) time.Duration {
 	for range 40 {
 		s.mu.Lock()
@@ -253,6 +281,15 @@ func (s *stallWatch) during(from, to time.Time) time.Duration {
 		}
 	}
 	return d
+}
+
+// excused notes a timed call of took from which left was taken out.
+func (s *stallWatch) excused(took, left time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.excuses) < stallKeep {
+		s.excuses = append(s.excuses, fmt.Sprintf("took %v, counted as %v: %v of stalls left out", took, took-left, left))
+	}
 }
 
 func later(a, b time.Time) time.Time {
