@@ -3,6 +3,7 @@
 package redlock_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
@@ -40,9 +41,11 @@ func TestStallWatch(t *testing.T) {
 		if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
 			t.Fatalf("SIGSTOP: %v", err)
 		}
-		err := wake.Wait()
-		stopped = err == nil
-		if err != nil && wake.ProcessState.ExitCode() != 3 {
+		var exit *exec.ExitError
+		switch err := wake.Wait(); {
+		case err == nil:
+			stopped = true
+		case !errors.As(err, &exit) || exit.ExitCode() != 3:
 			t.Fatalf("the process that wakes this one: %v", err)
 		}
 	}
